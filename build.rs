@@ -1,0 +1,15 @@
+//! Compiles the .proto files that opentelemetry-proto does not ship (google.rpc.Status,
+//! RetryInfo). protox is a pure-Rust protobuf compiler, so no `protoc` binary is needed.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = ["proto/google/rpc/status.proto", "proto/google/rpc/error_details.proto"];
+    for f in files {
+        println!("cargo:rerun-if-changed={f}");
+    }
+    let fds = protox::compile(files, ["proto"])?;
+    prost_build::Config::new()
+        .compile_well_known_types()
+        .extern_path(".google.protobuf", "::prost_types")
+        .compile_fds(fds)?;
+    Ok(())
+}

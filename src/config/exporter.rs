@@ -1,0 +1,198 @@
+//! `exporters:`: a list, every item `{type: ..., ...}`; each batch goes to all of them.
+
+use super::ConfigError;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One exporter.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ExporterConfig {
+    /// OTLP/JSON lines, one file per signal, rotated by size.
+    File(FileExporterConfig),
+    /// OTLP/gRPC to an upstream.
+    Otlp(OtlpExporterConfig),
+    /// OTLP/HTTP protobuf to an upstream.
+    Otlphttp(OtlpHttpExporterConfig),
+    /// Logs counts (and items with `verbosity: detailed`).
+    Debug(DebugExporterConfig),
+    /// Counts only; for benchmarks.
+    Blackhole(BlackholeExporterConfig),
+}
+
+/// The `file` exporter.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileExporterConfig {
+    /// Name used in metrics and logs; defaults to the type.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Directory; files are `<signal>.jsonl` in it.
+    #[serde(default = "default_file_dir")]
+    pub path: PathBuf,
+    /// Rotate a file once it passes this size.
+    #[serde(default = "default_rotate_bytes")]
+    pub max_file_bytes: u64,
+    /// Rotated files kept per signal (`traces.jsonl.1` is the newest).
+    #[serde(default = "default_max_files")]
+    pub max_files: usize,
+}
+
+fn default_file_dir() -> PathBuf {
+    PathBuf::from("./data")
+}
+fn default_rotate_bytes() -> u64 {
+    100 * 1024 * 1024
+}
+fn default_max_files() -> usize {
+    5
+}
+
+/// Retry with exponential backoff and jitter.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryConfig {
+    /// First backoff.
+    #[serde(with = "humantime_serde")]
+    pub initial_interval: Duration,
+    /// Backoff cap.
+    #[serde(with = "humantime_serde")]
+    pub max_interval: Duration,
+    /// Give up (and count the items as dropped) after this long.
+    #[serde(with = "humantime_serde")]
+    pub max_elapsed: Duration,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig { initial_interval: Duration::from_millis(500), max_interval: Duration::from_secs(30), max_elapsed: Duration::from_secs(300) }
+    }
+}
+
+/// The `otlp` (gRPC) exporter.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpExporterConfig {
+    /// Name used in metrics and logs; defaults to the type.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `http://host:port` or `https://host:port`.
+    pub endpoint: String,
+    /// `gzip` or `none`.
+    #[serde(default = "default_compression")]
+    pub compression: String,
+    /// Per-attempt timeout.
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Retries.
+    #[serde(default)]
+    pub retry: RetryConfig,
+    /// Extra request headers / metadata (e.g. an upstream token).
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+}
+
+/// The `otlphttp` exporter.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpHttpExporterConfig {
+    /// Name used in metrics and logs; defaults to the type.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Base URL; `/v1/traces` etc. are appended.
+    pub endpoint: String,
+    /// `gzip` or `none`.
+    #[serde(default = "default_compression")]
+    pub compression: String,
+    /// Per-attempt timeout.
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Retries.
+    #[serde(default)]
+    pub retry: RetryConfig,
+    /// Extra request headers.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+}
+
+fn default_compression() -> String {
+    "gzip".into()
+}
+fn default_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// The `debug` exporter.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DebugExporterConfig {
+    /// Name used in metrics and logs; defaults to the type.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `basic` logs counts; `detailed` logs every item too.
+    #[serde(default = "default_verbosity")]
+    pub verbosity: String,
+}
+
+fn default_verbosity() -> String {
+    "basic".into()
+}
+
+/// The `blackhole` exporter.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct BlackholeExporterConfig {
+    /// Name used in metrics and logs; defaults to the type.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+impl ExporterConfig {
+    /// The exporter's name for metrics and logs.
+    pub fn name(&self) -> String {
+        let (name, kind) = match self {
+            ExporterConfig::File(c) => (&c.name, "file"),
+            ExporterConfig::Otlp(c) => (&c.name, "otlp"),
+            ExporterConfig::Otlphttp(c) => (&c.name, "otlphttp"),
+            ExporterConfig::Debug(c) => (&c.name, "debug"),
+            ExporterConfig::Blackhole(c) => (&c.name, "blackhole"),
+        };
+        name.clone().unwrap_or_else(|| kind.to_string())
+    }
+
+    pub(super) fn validate(&self, key: &str) -> Result<(), ConfigError> {
+        let check_common = |endpoint: &str, compression: &str, timeout: Duration, retry: &RetryConfig| {
+            if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+                return Err(ConfigError::invalid(format!("{key}.endpoint"), format!("`{endpoint}` must start with http:// or https://")));
+            }
+            if !matches!(compression, "gzip" | "none") {
+                return Err(ConfigError::invalid(format!("{key}.compression"), "must be `gzip` or `none`"));
+            }
+            if timeout.is_zero() {
+                return Err(ConfigError::invalid(format!("{key}.timeout"), "must be > 0"));
+            }
+            if retry.initial_interval.is_zero() || retry.max_interval < retry.initial_interval {
+                return Err(ConfigError::invalid(format!("{key}.retry"), "need 0 < initial_interval <= max_interval"));
+            }
+            Ok(())
+        };
+        match self {
+            ExporterConfig::File(c) => {
+                if c.max_file_bytes == 0 {
+                    return Err(ConfigError::invalid(format!("{key}.max_file_bytes"), "must be > 0"));
+                }
+                Ok(())
+            }
+            ExporterConfig::Otlp(c) => check_common(&c.endpoint, &c.compression, c.timeout, &c.retry),
+            ExporterConfig::Otlphttp(c) => check_common(&c.endpoint, &c.compression, c.timeout, &c.retry),
+            ExporterConfig::Debug(c) => {
+                if !matches!(c.verbosity.as_str(), "basic" | "detailed") {
+                    return Err(ConfigError::invalid(format!("{key}.verbosity"), "must be `basic` or `detailed`"));
+                }
+                Ok(())
+            }
+            ExporterConfig::Blackhole(_) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Configuration: serde structs with defaults, loaded with figment (defaults, then the
+//! YAML file, then `WEIR_*` environment variables) and checked by [`Config::validate`],
+//! whose errors name the offending key and the rule it broke.
+
+mod exporter;
+mod pipeline;
+mod receiver;
+
+pub use exporter::{BlackholeExporterConfig, DebugExporterConfig, ExporterConfig, FileExporterConfig, OtlpExporterConfig, OtlpHttpExporterConfig, RetryConfig};
+pub use pipeline::{BatchConfig, PipelineConfig, QueueConfig};
+pub use receiver::{AuthConfig, GrpcServerConfig, HttpServerConfig, ReceiverConfig, TlsConfig};
+
+use figment::providers::{Env, Format, Serialized, Yaml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// A configuration problem: the dotted key and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be parsed or a value had the wrong type or an unknown key.
+    #[error("{0}")]
+    Parse(String),
+    /// A value parsed but broke a rule.
+    #[error("{key}: {rule}")]
+    Invalid {
+        /// Dotted path of the key, e.g. `receiver.http_server.endpoint`.
+        key: String,
+        /// The rule it broke.
+        rule: String,
+    },
+}
+
+impl ConfigError {
+    /// Builds an [`ConfigError::Invalid`].
+    pub fn invalid(key: impl Into<String>, rule: impl Into<String>) -> Self {
+        ConfigError::Invalid { key: key.into(), rule: rule.into() }
+    }
+}
+
+/// The whole weir configuration.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Receivers (HTTP, gRPC), auth and admission.
+    pub receiver: ReceiverConfig,
+    /// The queue and batch stages between receivers and exporters.
+    pub pipeline: PipelineConfig,
+    /// Where accepted data goes; every batch is sent to each of them.
+    pub exporters: Vec<ExporterConfig>,
+    /// The admin server (/metrics, /healthz, /readyz).
+    pub admin: AdminConfig,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+/// The admin server.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Listen address, e.g. `0.0.0.0:8888`.
+    pub endpoint: String,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig { endpoint: "0.0.0.0:8888".into() }
+    }
+}
+
+/// Logging.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// Level filter (`error`, `warn`, `info`, `debug`, `trace` or an env-filter string).
+    /// `RUST_LOG`, when set, wins.
+    pub level: String,
+    /// `text` or `json`.
+    pub format: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig { level: "info".into(), format: "text".into() }
+    }
+}
+
+impl Config {
+    /// Loads defaults, then `path`, then `WEIR_` environment variables (`__` separates
+    /// levels: `WEIR_RECEIVER__HTTP_SERVER__ENDPOINT`), and validates the result.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        if !path.exists() {
+            return Err(ConfigError::Parse(format!("config file {} does not exist", path.display())));
+        }
+        Self::from_figment(Figment::from(Serialized::defaults(Config::default())).merge(Yaml::file(path)))
+    }
+
+    /// Loads from a YAML string (tests and `--check` of inline configs).
+    pub fn from_yaml(yaml: &str) -> Result<Config, ConfigError> {
+        Self::from_figment(Figment::from(Serialized::defaults(Config::default())).merge(Yaml::string(yaml)))
+    }
+
+    fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
+        let figment = figment.merge(Env::prefixed("WEIR_").split("__"));
+        let config: Config = figment.extract().map_err(|e| ConfigError::Parse(describe_figment_error(e)))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every rule that serde cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.receiver.validate()?;
+        self.pipeline.validate()?;
+        validate_endpoint("admin.endpoint", &self.admin.endpoint)?;
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            return Err(ConfigError::invalid("log.format", "must be `text` or `json`"));
+        }
+        if self.exporters.is_empty() {
+            return Err(ConfigError::invalid("exporters", "at least one exporter is required"));
+        }
+        for (i, e) in self.exporters.iter().enumerate() {
+            e.validate(&format!("exporters[{i}]"))?;
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as YAML, defaults filled in.
+    pub fn to_yaml(&self) -> String {
+        serde_yaml::to_string(self).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+}
+
+/// Turns figment's error into one line per problem, each naming the key.
+fn describe_figment_error(err: figment::Error) -> String {
+    err.into_iter()
+        .map(|e| {
+            let key = e.path.join(".");
+            let mut kind = e.kind.to_string();
+            if let figment::error::Kind::UnknownField(field, _) = &e.kind {
+                kind = format!("unknown key `{field}`");
+            }
+            let key = match &e.kind {
+                figment::error::Kind::UnknownField(field, _) if key.is_empty() => field.clone(),
+                figment::error::Kind::UnknownField(field, _) if !key.ends_with(field.as_str()) => format!("{key}.{field}"),
+                _ => key,
+            };
+            if key.is_empty() {
+                kind
+            } else {
+                format!("{key}: {kind}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Checks that an endpoint is `host:port`.
+pub(crate) fn validate_endpoint(key: &str, value: &str) -> Result<(), ConfigError> {
+    match value.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+        _ => Err(ConfigError::invalid(key, format!("`{value}` is not host:port"))),
+    }
+}

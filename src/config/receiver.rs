@@ -1,0 +1,138 @@
+//! `receiver:`: the HTTP and gRPC servers, their middleware lists and auth.
+
+use super::{validate_endpoint, ConfigError};
+use crate::receiver::middleware::{MiddlewareSpec, ServerKind};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// 64 MiB: the OTLP specification's recommended body limit.
+const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// The receiver block.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReceiverConfig {
+    /// OTLP/HTTP.
+    pub http_server: HttpServerConfig,
+    /// OTLP/gRPC.
+    pub grpc_server: GrpcServerConfig,
+    /// Bearer / X-BK-TOKEN authentication.
+    pub auth: AuthConfig,
+}
+
+/// OTLP/HTTP server.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpServerConfig {
+    /// Whether to start it.
+    pub enabled: bool,
+    /// Listen address.
+    pub endpoint: String,
+    /// Ordered middleware list, `name;key=value`. The LAST item wraps outermost and runs first.
+    pub middlewares: Vec<String>,
+    /// Limit for the wire body and for the body after decompression.
+    pub max_request_body_bytes: usize,
+    /// Optional TLS.
+    pub tls: Option<TlsConfig>,
+}
+
+impl Default for HttpServerConfig {
+    fn default() -> Self {
+        HttpServerConfig {
+            enabled: true,
+            endpoint: "0.0.0.0:4318".into(),
+            middlewares: vec!["logging".into(), "content_decompressor".into()],
+            max_request_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            tls: None,
+        }
+    }
+}
+
+/// OTLP/gRPC server.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrpcServerConfig {
+    /// Whether to start it.
+    pub enabled: bool,
+    /// Listen address.
+    pub endpoint: String,
+    /// Ordered middleware list, `name;key=value`. The LAST item wraps outermost and runs first.
+    pub middlewares: Vec<String>,
+    /// Largest accepted message, compressed on the wire or decompressed.
+    pub max_recv_msg_size_bytes: usize,
+    /// Optional TLS.
+    pub tls: Option<TlsConfig>,
+}
+
+impl Default for GrpcServerConfig {
+    fn default() -> Self {
+        GrpcServerConfig {
+            enabled: true,
+            endpoint: "0.0.0.0:4317".into(),
+            middlewares: vec!["logging".into(), "content_decompressor".into()],
+            max_recv_msg_size_bytes: DEFAULT_MAX_BODY_BYTES,
+            tls: None,
+        }
+    }
+}
+
+/// TLS for one server (rustls).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain.
+    pub cert_file: PathBuf,
+    /// PEM private key.
+    pub key_file: PathBuf,
+    /// When set, clients must present a certificate signed by this CA (mutual TLS).
+    #[serde(default)]
+    pub client_ca_file: Option<PathBuf>,
+}
+
+/// Authentication.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Accepted tokens. Empty: no authentication. A token is also the request's tenant.
+    pub tokens: Vec<String>,
+}
+
+impl ReceiverConfig {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let h = &self.http_server;
+        validate_endpoint("receiver.http_server.endpoint", &h.endpoint)?;
+        for (i, m) in h.middlewares.iter().enumerate() {
+            MiddlewareSpec::parse(m, ServerKind::Http)
+                .map_err(|rule| ConfigError::invalid(format!("receiver.http_server.middlewares[{i}]"), rule))?;
+        }
+        if h.max_request_body_bytes == 0 {
+            return Err(ConfigError::invalid("receiver.http_server.max_request_body_bytes", "must be > 0"));
+        }
+        let g = &self.grpc_server;
+        validate_endpoint("receiver.grpc_server.endpoint", &g.endpoint)?;
+        for (i, m) in g.middlewares.iter().enumerate() {
+            MiddlewareSpec::parse(m, ServerKind::Grpc)
+                .map_err(|rule| ConfigError::invalid(format!("receiver.grpc_server.middlewares[{i}]"), rule))?;
+        }
+        if g.max_recv_msg_size_bytes == 0 {
+            return Err(ConfigError::invalid("receiver.grpc_server.max_recv_msg_size_bytes", "must be > 0"));
+        }
+        for (name, tls) in [("http_server", &h.tls), ("grpc_server", &g.tls)] {
+            if let Some(tls) = tls {
+                for (field, path) in [("cert_file", Some(&tls.cert_file)), ("key_file", Some(&tls.key_file)), ("client_ca_file", tls.client_ca_file.as_ref())] {
+                    if let Some(p) = path {
+                        if !p.exists() {
+                            return Err(ConfigError::invalid(format!("receiver.{name}.tls.{field}"), format!("file {} does not exist", p.display())));
+                        }
+                    }
+                }
+            }
+        }
+        for (i, t) in self.auth.tokens.iter().enumerate() {
+            if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(ConfigError::invalid(format!("receiver.auth.tokens[{i}]"), "must be non-empty, without whitespace"));
+            }
+        }
+        Ok(())
+    }
+}

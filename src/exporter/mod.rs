@@ -1,0 +1,95 @@
+//! Exporters: where accepted data goes. Every exporter gets every batch.
+
+mod blackhole;
+mod debug;
+mod file;
+mod otlp_grpc;
+mod otlp_http;
+pub mod retry;
+
+pub use blackhole::BlackholeExporter;
+pub use debug::DebugExporter;
+pub use file::FileExporter;
+pub use otlp_grpc::{retry_delay as retry_delay_of, OtlpGrpcExporter};
+pub use otlp_http::OtlpHttpExporter;
+
+use crate::config::ExporterConfig;
+use crate::signal::Payload;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// A boxed future, so exporters can live behind `dyn`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why an export failed for good. The items are then counted as dropped with
+/// [`ExportError::reason`].
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// The upstream refused the data in a way retrying cannot fix.
+    #[error("permanent error: {0}")]
+    Permanent(String),
+    /// Retryable failures continued until `retry.max_elapsed`.
+    #[error("retries exhausted after {elapsed:?}: {last}")]
+    RetriesExhausted {
+        /// Time spent.
+        elapsed: std::time::Duration,
+        /// The last failure.
+        last: String,
+    },
+    /// A local I/O failure (file exporter).
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl ExportError {
+    /// The `reason` label for dropped items.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ExportError::Permanent(_) => "permanent_error",
+            ExportError::RetriesExhausted { .. } => "retries_exhausted",
+            ExportError::Io(_) => "io_error",
+        }
+    }
+}
+
+/// Something that sends batches somewhere.
+pub trait Exporter: Send + Sync {
+    /// Name for metrics and logs.
+    fn name(&self) -> &str;
+    /// Sends one batch, retrying as configured; an `Err` means the items are dropped.
+    fn export<'a>(&'a self, payload: &'a Payload) -> BoxFuture<'a, Result<(), ExportError>>;
+    /// Flushes buffers at shutdown.
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// A problem building an exporter from config.
+#[derive(Debug, thiserror::Error)]
+#[error("exporter {name}: {message}")]
+pub struct BuildError {
+    /// The exporter's name.
+    pub name: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// Builds the configured exporters.
+pub fn build(configs: &[ExporterConfig]) -> Result<Vec<Arc<dyn Exporter>>, BuildError> {
+    configs
+        .iter()
+        .map(|c| {
+            let name = c.name();
+            let err = |message: String| BuildError { name: name.clone(), message };
+            let e: Arc<dyn Exporter> = match c {
+                ExporterConfig::File(f) => Arc::new(FileExporter::new(name.clone(), f).map_err(|e| err(e.to_string()))?),
+                ExporterConfig::Otlp(o) => Arc::new(OtlpGrpcExporter::new(name.clone(), o).map_err(err)?),
+                ExporterConfig::Otlphttp(o) => Arc::new(OtlpHttpExporter::new(name.clone(), o).map_err(err)?),
+                ExporterConfig::Debug(d) => Arc::new(DebugExporter::new(name.clone(), d.verbosity == "detailed")),
+                ExporterConfig::Blackhole(_) => Arc::new(BlackholeExporter::new(name.clone())),
+            };
+            Ok(e)
+        })
+        .collect()
+}

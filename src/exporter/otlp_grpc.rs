@@ -1,0 +1,124 @@
+//! OTLP/gRPC to an upstream, retrying the specification's retryable codes.
+
+use super::retry::{with_retry, Attempt};
+use super::{BoxFuture, ExportError, Exporter};
+use crate::config::OtlpExporterConfig;
+use crate::rpc;
+use crate::signal::Payload;
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_client::ProfilesServiceClient;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use prost::Message;
+use std::time::Duration;
+use tonic::codec::CompressionEncoding;
+use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::{Code, Status};
+
+/// The `otlp` exporter.
+pub struct OtlpGrpcExporter {
+    name: String,
+    channel: Channel,
+    config: OtlpExporterConfig,
+    metadata: MetadataMap,
+}
+
+impl OtlpGrpcExporter {
+    /// Connects lazily to `config.endpoint`.
+    pub fn new(name: String, config: &OtlpExporterConfig) -> Result<Self, String> {
+        let mut endpoint = Endpoint::from_shared(config.endpoint.clone()).map_err(|e| format!("endpoint: {e}"))?;
+        if config.endpoint.starts_with("https://") {
+            endpoint = endpoint.tls_config(ClientTlsConfig::new().with_enabled_roots()).map_err(|e| format!("tls: {e}"))?;
+        }
+        let channel = endpoint.connect_timeout(config.timeout).connect_lazy();
+        let mut metadata = MetadataMap::new();
+        for (k, v) in &config.headers {
+            let key = MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes()).map_err(|e| format!("headers.{k}: {e}"))?;
+            let value = MetadataValue::try_from(v.as_str()).map_err(|e| format!("headers.{k}: {e}"))?;
+            metadata.insert(key, value);
+        }
+        Ok(OtlpGrpcExporter { name, channel, config: config.clone(), metadata })
+    }
+
+    async fn attempt(&self, payload: &Payload) -> Attempt {
+        let gzip = self.config.compression == "gzip";
+        let result = match payload {
+            Payload::Traces(r) => {
+                let mut c = TraceServiceClient::new(self.channel.clone()).max_decoding_message_size(64 << 20);
+                if gzip {
+                    c = c.send_compressed(CompressionEncoding::Gzip);
+                }
+                c.export(self.request(r.clone())).await.map(|_| ())
+            }
+            Payload::Metrics(r) => {
+                let mut c = MetricsServiceClient::new(self.channel.clone());
+                if gzip {
+                    c = c.send_compressed(CompressionEncoding::Gzip);
+                }
+                c.export(self.request(r.clone())).await.map(|_| ())
+            }
+            Payload::Logs(r) => {
+                let mut c = LogsServiceClient::new(self.channel.clone());
+                if gzip {
+                    c = c.send_compressed(CompressionEncoding::Gzip);
+                }
+                c.export(self.request(r.clone())).await.map(|_| ())
+            }
+            Payload::Profiles(r) => {
+                let mut c = ProfilesServiceClient::new(self.channel.clone());
+                if gzip {
+                    c = c.send_compressed(CompressionEncoding::Gzip);
+                }
+                c.export(self.request(r.clone())).await.map(|_| ())
+            }
+        };
+        match result {
+            Ok(()) => Attempt::Done,
+            Err(status) => classify_status(&status),
+        }
+    }
+
+    fn request<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(msg);
+        *req.metadata_mut() = self.metadata.clone();
+        req.set_timeout(self.config.timeout);
+        req
+    }
+}
+
+/// Sorts a gRPC failure into retryable or permanent, per the OTLP specification.
+pub fn classify_status(status: &Status) -> Attempt {
+    let message = format!("{:?}: {}", status.code(), status.message());
+    let retry_info = retry_delay(status);
+    match status.code() {
+        Code::Cancelled | Code::DeadlineExceeded | Code::Aborted | Code::OutOfRange | Code::Unavailable | Code::DataLoss => {
+            Attempt::Retry { after: retry_info, message }
+        }
+        Code::ResourceExhausted if retry_info.is_some() => Attempt::Retry { after: retry_info, message },
+        _ => Attempt::Permanent(message),
+    }
+}
+
+/// The `google.rpc.RetryInfo` delay in a status's details, if any.
+pub fn retry_delay(status: &Status) -> Option<Duration> {
+    let details = rpc::Status::decode(status.details()).ok()?;
+    details.details.iter().find(|a| a.type_url.ends_with("google.rpc.RetryInfo")).and_then(|any| {
+        let info = rpc::RetryInfo::decode(any.value.as_slice()).ok()?;
+        let d = info.retry_delay?;
+        Some(Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
+    })
+}
+
+impl Exporter for OtlpGrpcExporter {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn export<'a>(&'a self, payload: &'a Payload) -> BoxFuture<'a, Result<(), ExportError>> {
+        Box::pin(async move {
+            let r = with_retry(&self.config.retry, || self.attempt(payload)).await;
+            metrics::counter!(crate::telemetry::names::EXPORTER_REQUESTS, "exporter" => self.name.clone(), "outcome" => if r.is_ok() { "sent" } else { "failed" }).increment(1);
+            r
+        })
+    }
+}

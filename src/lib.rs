@@ -1,0 +1,22 @@
+//! weir: an OTLP ingestion gateway with adaptive, cgroup-aware overload protection.
+//!
+//! Receivers ([`receiver`]) decode OTLP over HTTP and gRPC and hand payloads to a
+//! pipeline bounded in bytes ([`pipeline`]), which batches per signal and fans out to
+//! exporters ([`exporter`]). [`app`] wires it together.
+#![warn(missing_docs)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod app;
+pub mod config;
+pub mod exporter;
+pub mod otlp;
+pub mod pipeline;
+pub mod receiver;
+pub mod signal;
+pub mod telemetry;
+
+/// `google.rpc` messages compiled from `proto/` (Status, RetryInfo).
+#[allow(missing_docs, clippy::all)]
+pub mod rpc {
+    include!(concat!(env!("OUT_DIR"), "/google.rpc.rs"));
+}

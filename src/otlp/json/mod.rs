@@ -1,0 +1,15 @@
+//! OTLP/JSON ("JSON Protobuf Encoding" of the OTLP specification).
+//!
+//! The encoder writes canonical OTLP/JSON straight from the prost types: lowerCamelCase
+//! keys, hex trace/span/profile IDs, integer enums, 64-bit integers as decimal strings,
+//! default values omitted (oneof members are always written).
+
+mod encode;
+mod writer;
+
+pub use encode::encode;
+
+/// Appends `s` as a JSON string literal.
+pub fn write_json_str(out: &mut String, s: &str) {
+    writer::write_str(out, s)
+}

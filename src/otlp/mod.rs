@@ -1,0 +1,3 @@
+//! OTLP encodings beyond what prost gives: canonical OTLP/JSON.
+
+pub mod json;

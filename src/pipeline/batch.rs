@@ -1,0 +1,109 @@
+//! The batch stage (one per signal) and the export workers (one per exporter).
+
+use super::queue::BytesPermit;
+use super::Queued;
+use crate::exporter::Exporter;
+use crate::signal::{Payload, Signal};
+use crate::telemetry::names;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::{sleep_until, Instant};
+
+/// A group of accepted requests of one signal, merged, with their byte reservations.
+/// Shared by all exporters; the reservations are released when the last one is done.
+#[derive(Debug)]
+pub struct Batch {
+    /// Merged data.
+    pub payload: Payload,
+    /// Item count.
+    pub items: usize,
+    _permits: Vec<BytesPermit>,
+}
+
+/// Groups payloads of one signal until `max_items` or `timeout`.
+pub struct Batcher {
+    signal: Signal,
+    max_items: usize,
+    timeout: Duration,
+    exporters: Vec<mpsc::Sender<Arc<Batch>>>,
+    open: Option<(Batch, Instant)>,
+}
+
+impl Batcher {
+    /// A batcher feeding `exporters`.
+    pub fn new(signal: Signal, max_items: usize, timeout: Duration, exporters: Vec<mpsc::Sender<Arc<Batch>>>) -> Self {
+        Batcher { signal, max_items, timeout, exporters, open: None }
+    }
+
+    /// Runs until the input channel closes, then flushes.
+    pub async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Queued>) {
+        loop {
+            let deadline = self.open.as_ref().map(|(_, d)| *d);
+            tokio::select! {
+                next = rx.recv() => match next {
+                    Some(q) => self.add(q).await,
+                    None => break,
+                },
+                _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => self.flush().await,
+            }
+        }
+        self.flush().await;
+        tracing::debug!(signal = self.signal.as_str(), "batcher stopped");
+    }
+
+    async fn add(&mut self, q: Queued) {
+        let Queued { payload, items, permit } = q;
+        let payload = match self.open.as_mut() {
+            Some((batch, _)) => match batch.payload.merge(payload) {
+                Ok(()) => {
+                    batch.items += items;
+                    batch._permits.push(permit);
+                    None
+                }
+                // Not mergeable (profiles): send the open batch, start a new one.
+                Err(payload) => Some((payload, permit)),
+            },
+            None => Some((payload, permit)),
+        };
+        if let Some((payload, permit)) = payload {
+            self.flush().await;
+            self.open = Some((Batch { payload, items, _permits: vec![permit] }, Instant::now() + self.timeout));
+        }
+        let full = self.open.as_ref().is_some_and(|(b, _)| b.items >= self.max_items || b.payload.signal() == Signal::Profiles);
+        if full {
+            self.flush().await;
+        }
+    }
+
+    async fn flush(&mut self) {
+        let Some((batch, _)) = self.open.take() else { return };
+        let batch = Arc::new(batch);
+        for tx in &self.exporters {
+            // Waits when the exporter is behind: the byte budget then fills and
+            // receivers answer 503 rather than anything growing without bound.
+            if tx.send(Arc::clone(&batch)).await.is_err() {
+                tracing::error!(signal = self.signal.as_str(), "export worker gone");
+            }
+        }
+    }
+}
+
+/// Feeds batches to one exporter, counting the outcome of each.
+pub async fn export_worker(exporter: Arc<dyn Exporter>, mut rx: mpsc::Receiver<Arc<Batch>>) {
+    let name = exporter.name().to_string();
+    while let Some(batch) = rx.recv().await {
+        let signal = batch.payload.signal().as_str();
+        match exporter.export(&batch.payload).await {
+            Ok(()) => {
+                metrics::counter!(names::ITEMS_EXPORTED, "signal" => signal, "exporter" => name.clone()).increment(batch.items as u64);
+            }
+            Err(e) => {
+                tracing::warn!(exporter = %name, signal, items = batch.items, error = %e, "export failed; items dropped");
+                metrics::counter!(names::ITEMS_DROPPED, "signal" => signal, "exporter" => name.clone(), "reason" => e.reason())
+                    .increment(batch.items as u64);
+            }
+        }
+    }
+    exporter.shutdown().await;
+}

@@ -1,0 +1,80 @@
+//! Body formats: every request body is decoded, and every success response encoded,
+//! through this module, so OTLP/JSON plugs in here.
+
+use super::response::ApiError;
+use crate::signal::{Payload, Signal};
+use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
+use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
+use opentelemetry_proto::tonic::collector::profiles::v1development::{ExportProfilesServiceRequest, ExportProfilesServiceResponse};
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use prost::Message;
+
+/// A body format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `application/x-protobuf`.
+    Protobuf,
+    /// `application/json`.
+    Json,
+}
+
+impl Format {
+    /// Parses a Content-Type value (parameters such as `charset` are ignored).
+    pub fn from_content_type(value: &str) -> Option<Format> {
+        let media = value.split(';').next().unwrap_or("").trim();
+        if media.eq_ignore_ascii_case("application/x-protobuf") || media.eq_ignore_ascii_case("application/protobuf") {
+            Some(Format::Protobuf)
+        } else if media.eq_ignore_ascii_case("application/json") {
+            Some(Format::Json)
+        } else {
+            None
+        }
+    }
+
+    /// The format for error bodies: the request's, or JSON (readable) when it is unknown.
+    pub fn for_errors(content_type: Option<&str>) -> Format {
+        content_type.and_then(Format::from_content_type).unwrap_or(Format::Json)
+    }
+
+    /// The Content-Type to answer with.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Protobuf => "application/x-protobuf",
+            Format::Json => "application/json",
+        }
+    }
+}
+
+/// Decodes an export request body.
+pub fn decode(signal: Signal, format: Format, body: &[u8]) -> Result<Payload, ApiError> {
+    match format {
+        Format::Protobuf => decode_protobuf(signal, body),
+        Format::Json => Err(ApiError::UnsupportedMediaType(
+            "application/json (OTLP/JSON) is not supported by this version of weir yet; send application/x-protobuf".into(),
+        )),
+    }
+}
+
+/// Decodes a protobuf export request.
+pub fn decode_protobuf(signal: Signal, body: &[u8]) -> Result<Payload, ApiError> {
+    let bad = |e: prost::DecodeError| ApiError::BadRequest(format!("cannot decode {} request as protobuf: {e}", signal.as_str()));
+    Ok(match signal {
+        Signal::Traces => Payload::Traces(ExportTraceServiceRequest::decode(body).map_err(bad)?),
+        Signal::Metrics => Payload::Metrics(ExportMetricsServiceRequest::decode(body).map_err(bad)?),
+        Signal::Logs => Payload::Logs(ExportLogsServiceRequest::decode(body).map_err(bad)?),
+        Signal::Profiles => Payload::Profiles(ExportProfilesServiceRequest::decode(body).map_err(bad)?),
+    })
+}
+
+/// The success response (full success: no partial_success) in `format`.
+pub fn encode_success(signal: Signal, format: Format) -> Vec<u8> {
+    match format {
+        Format::Json => b"{}".to_vec(),
+        Format::Protobuf => match signal {
+            Signal::Traces => ExportTraceServiceResponse::default().encode_to_vec(),
+            Signal::Metrics => ExportMetricsServiceResponse::default().encode_to_vec(),
+            Signal::Logs => ExportLogsServiceResponse::default().encode_to_vec(),
+            Signal::Profiles => ExportProfilesServiceResponse::default().encode_to_vec(),
+        },
+    }
+}

@@ -1,0 +1,115 @@
+//! OTLP/HTTP: `POST /v1/traces`, `/v1/metrics`, `/v1/logs`, `/v1development/profiles`.
+
+use super::decode::{self, Format};
+use super::response::ApiError;
+use super::{count_request, Ingest, Protocol, Tenant};
+use crate::signal::Signal;
+use crate::telemetry::names;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, Request, Response, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use http_body_util::BodyExt;
+use std::time::Instant;
+
+/// Shared handler state.
+#[derive(Clone)]
+pub struct HttpState {
+    ingest: Ingest,
+    max_body: usize,
+}
+
+/// The OTLP routes, without middlewares.
+pub fn router(ingest: Ingest, max_request_body_bytes: usize) -> Router {
+    let state = HttpState { ingest, max_body: max_request_body_bytes };
+    let mut r = Router::new();
+    for signal in Signal::ALL {
+        r = r.route(
+            signal.http_path(),
+            post(move |st: State<HttpState>, req: Request<Body>| export(st, signal, req)).fallback(method_not_allowed),
+        );
+    }
+    r.fallback(not_found).with_state(state)
+}
+
+/// Reads a body up to `limit` bytes; more is a 413.
+pub async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+    let limited = http_body_util::Limited::new(body, limit);
+    match limited.collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) => Err(body_error(e, limit)),
+    }
+}
+
+fn body_error(e: Box<dyn std::error::Error + Send + Sync>, limit: usize) -> ApiError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return ApiError::PayloadTooLarge(format!("request body exceeds the limit of {limit} bytes"));
+        }
+        source = err.source();
+    }
+    ApiError::BadRequest(format!("cannot read request body: {e}"))
+}
+
+async fn export(State(st): State<HttpState>, signal: Signal, req: Request<Body>) -> Response<Body> {
+    let started = Instant::now();
+    let tenant = req.extensions().get::<Tenant>().cloned();
+    let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let error_format = Format::for_errors(content_type.as_deref());
+    let result = handle(&st, signal, req, content_type.as_deref()).await;
+    match result {
+        Ok(format) => {
+            count_request(Protocol::Http, signal.as_str(), "accepted", tenant.as_ref(), started.elapsed());
+            let mut resp = Response::new(Body::from(decode::encode_success(signal, format)));
+            resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
+            resp
+        }
+        Err(err) => {
+            metrics::counter!(names::REQUESTS_REJECTED, "protocol" => "http", "signal" => signal.as_str(), "reason" => err.reason()).increment(1);
+            count_request(Protocol::Http, signal.as_str(), "rejected", tenant.as_ref(), started.elapsed());
+            err.into_http(error_format)
+        }
+    }
+}
+
+async fn handle(st: &HttpState, signal: Signal, req: Request<Body>, content_type: Option<&str>) -> Result<Format, ApiError> {
+    let format = content_type.and_then(Format::from_content_type).ok_or_else(|| {
+        ApiError::UnsupportedMediaType(format!(
+            "unsupported Content-Type `{}`; use application/x-protobuf or application/json",
+            content_type.unwrap_or("")
+        ))
+    })?;
+    if let Some(enc) = req.headers().get(header::CONTENT_ENCODING) {
+        let enc = enc.to_str().unwrap_or("<non-ascii>");
+        match super::compression::Encoding::parse(enc) {
+            Some(super::compression::Encoding::Identity) => {}
+            Some(_) => {
+                return Err(ApiError::UnsupportedMediaType(format!(
+                    "Content-Encoding `{enc}` needs content_decompressor in receiver.http_server.middlewares"
+                )))
+            }
+            None => return Err(ApiError::BadRequest(format!("unsupported Content-Encoding `{enc}`"))),
+        }
+    }
+    let body = read_body(req.into_body(), st.max_body).await?;
+    metrics::counter!(names::REQUEST_BYTES, "protocol" => "http", "signal" => signal.as_str()).increment(body.len() as u64);
+    let payload = decode::decode(signal, format, &body)?;
+    st.ingest.accept(payload, Protocol::Http)?;
+    Ok(format)
+}
+
+async fn method_not_allowed(req: Request<Body>) -> Response<Body> {
+    let ct = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let mut resp = ApiError::MethodNotAllowed(req.method().to_string()).into_http(Format::for_errors(ct));
+    resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+    resp
+}
+
+async fn not_found(req: Request<Body>) -> Response<Body> {
+    let ct = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let mut resp = ApiError::NotFound(req.uri().path().to_string()).into_http(Format::for_errors(ct));
+    *resp.status_mut() = StatusCode::NOT_FOUND;
+    resp
+}

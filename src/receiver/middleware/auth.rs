@@ -1,0 +1,59 @@
+//! Token authentication, decided from headers before any body byte is read:
+//! `Authorization: Bearer <token>` or `X-BK-TOKEN: <token>` (gRPC: the same metadata).
+//! The token becomes the request's [`Tenant`].
+
+use super::{reject, ServerKind};
+use crate::receiver::response::ApiError;
+use crate::receiver::Tenant;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, Request, Response};
+use axum::middleware::Next;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The accepted tokens.
+#[derive(Debug, Clone)]
+pub struct AuthLayerState {
+    tokens: Arc<HashSet<Arc<str>>>,
+}
+
+impl AuthLayerState {
+    /// `None` when no tokens are configured (auth off).
+    pub fn new(tokens: &[String]) -> Option<Self> {
+        if tokens.is_empty() {
+            return None;
+        }
+        Some(AuthLayerState { tokens: Arc::new(tokens.iter().map(|t| Arc::from(t.as_str())).collect()) })
+    }
+
+    fn find(&self, presented: &str) -> Option<Arc<str>> {
+        self.tokens.get(presented).cloned()
+    }
+}
+
+fn presented_token(req: &Request<Body>) -> Option<&str> {
+    if let Some(v) = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
+        let v = v.trim();
+        if v.len() > 7 && v[..7].eq_ignore_ascii_case("bearer ") {
+            return Some(v[7..].trim());
+        }
+    }
+    req.headers().get("x-bk-token").and_then(|v| v.to_str().ok()).map(str::trim)
+}
+
+pub(super) async fn auth(State((kind, state)): State<(ServerKind, AuthLayerState)>, mut req: Request<Body>, next: Next) -> Response<Body> {
+    let started = Instant::now();
+    let tenant = presented_token(&req).and_then(|t| state.find(t));
+    match tenant {
+        Some(t) => {
+            req.extensions_mut().insert(Tenant(t));
+            next.run(req).await
+        }
+        None => {
+            let msg = if presented_token(&req).is_some() { "unknown token" } else { "missing token: send Authorization: Bearer <token> or X-BK-TOKEN" };
+            reject(kind, &req, ApiError::Unauthenticated(msg.into()), started)
+        }
+    }
+}

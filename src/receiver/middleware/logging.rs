@@ -1,0 +1,25 @@
+//! `logging`: one line per request, at debug level, or info when it failed.
+
+use super::ServerKind;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{Request, Response};
+use axum::middleware::Next;
+use std::time::Instant;
+
+pub(super) async fn logging(State(kind): State<ServerKind>, req: Request<Body>, next: Next) -> Response<Body> {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16();
+    let grpc_status = resp.headers().get("grpc-status").and_then(|v| v.to_str().ok()).unwrap_or("");
+    let failed = status >= 400 || (!grpc_status.is_empty() && grpc_status != "0");
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    if failed {
+        tracing::info!(server = ?kind, %method, %path, status, grpc_status, elapsed_ms, "request");
+    } else {
+        tracing::debug!(server = ?kind, %method, %path, status, grpc_status, elapsed_ms, "request");
+    }
+    resp
+}

@@ -1,0 +1,256 @@
+//! The ordered middleware lists `receiver.http_server.middlewares` and
+//! `receiver.grpc_server.middlewares`, items in the `name;key=value;key=value` form.
+//!
+//! Order rule: the list is applied first to last, each item wrapping what came before,
+//! so the LAST item wraps outermost and runs FIRST on a request. `throttle` listed after
+//! `content_decompressor` therefore runs before it. Authentication (when
+//! `receiver.auth.tokens` is set) always wraps outside the whole list.
+
+mod auth;
+mod cors;
+mod decompress;
+mod grpc_status;
+mod logging;
+mod maxbytes;
+
+pub use auth::AuthLayerState;
+
+use super::decode::Format;
+use super::response::ApiError;
+use super::{count_request, Protocol, Tenant};
+use crate::signal::Signal;
+use axum::body::Body;
+use axum::http::{header, Request, Response};
+use axum::middleware::from_fn_with_state;
+use axum::Router;
+use std::time::Duration;
+
+/// Which server a list belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerKind {
+    /// OTLP/HTTP.
+    Http,
+    /// OTLP/gRPC.
+    Grpc,
+}
+
+impl ServerKind {
+    fn protocol(self) -> Protocol {
+        match self {
+            ServerKind::Http => Protocol::Http,
+            ServerKind::Grpc => Protocol::Grpc,
+        }
+    }
+}
+
+/// A connection limit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ConnLimit {
+    /// `maxConnections=N`.
+    Absolute(usize),
+    /// `maxConnectionsRatio=R`: R per CPU core.
+    PerCore(f64),
+}
+
+impl ConnLimit {
+    /// The limit for `cores` CPU cores (at least 1).
+    pub fn resolve(self, cores: f64) -> usize {
+        match self {
+            ConnLimit::Absolute(n) => n.max(1),
+            ConnLimit::PerCore(r) => ((r * cores).ceil() as usize).max(1),
+        }
+    }
+}
+
+/// One parsed middleware item.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MiddlewareSpec {
+    /// Access log: every request at debug level, failures at info.
+    Logging,
+    /// CORS for browser senders: `cors;allowedOrigins=https://a.example,https://b.example`
+    /// (default `*`). HTTP only.
+    Cors {
+        /// Allowed origins; `*` allows any.
+        allowed_origins: Vec<String>,
+    },
+    /// Decompresses request bodies (gzip, deflate, zstd, snappy) within the body limit.
+    ContentDecompressor,
+    /// Caps open connections: `maxconns;maxConnections=N` or `maxconns;maxConnectionsRatio=R`.
+    MaxConns(ConnLimit),
+    /// Caps the wire body: `maxbytes;maxRequestBytes=N`.
+    MaxBytes {
+        /// The limit in bytes.
+        max_request_bytes: usize,
+    },
+}
+
+impl MiddlewareSpec {
+    /// Parses `name;key=value;...`; the error says what is wrong.
+    pub fn parse(item: &str, kind: ServerKind) -> Result<MiddlewareSpec, String> {
+        let mut parts = item.split(';').map(str::trim);
+        let name = parts.next().unwrap_or("");
+        let mut opts = Vec::new();
+        for p in parts.filter(|p| !p.is_empty()) {
+            let (k, v) = p.split_once('=').ok_or_else(|| format!("`{p}` in `{item}` is not key=value"))?;
+            opts.push((k.trim(), v.trim()));
+        }
+        let unknown_opt = |allowed: &[&str]| -> Result<(), String> {
+            match opts.iter().find(|(k, _)| !allowed.contains(k)) {
+                Some((k, _)) => Err(format!("unknown option `{k}` for middleware `{name}` (allowed: {})", if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") })),
+                None => Ok(()),
+            }
+        };
+        let opt = |k: &str| opts.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+        match name {
+            "logging" => {
+                unknown_opt(&[])?;
+                Ok(MiddlewareSpec::Logging)
+            }
+            "cors" => {
+                if kind == ServerKind::Grpc {
+                    return Err("`cors` applies to the HTTP server only".into());
+                }
+                unknown_opt(&["allowedOrigins"])?;
+                let allowed_origins = opt("allowedOrigins").unwrap_or("*").split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+                Ok(MiddlewareSpec::Cors { allowed_origins })
+            }
+            "content_decompressor" => {
+                unknown_opt(&[])?;
+                Ok(MiddlewareSpec::ContentDecompressor)
+            }
+            "maxconns" => {
+                unknown_opt(&["maxConnections", "maxConnectionsRatio"])?;
+                match (opt("maxConnections"), opt("maxConnectionsRatio")) {
+                    (Some(n), None) => match n.parse::<usize>() {
+                        Ok(n) if n > 0 => Ok(MiddlewareSpec::MaxConns(ConnLimit::Absolute(n))),
+                        _ => Err(format!("maxConnections `{n}` must be a positive integer")),
+                    },
+                    (None, Some(r)) => match r.parse::<f64>() {
+                        Ok(r) if r > 0.0 && r.is_finite() => Ok(MiddlewareSpec::MaxConns(ConnLimit::PerCore(r))),
+                        _ => Err(format!("maxConnectionsRatio `{r}` must be a positive number")),
+                    },
+                    _ => Err("maxconns needs exactly one of maxConnections or maxConnectionsRatio".into()),
+                }
+            }
+            "maxbytes" => {
+                unknown_opt(&["maxRequestBytes"])?;
+                match opt("maxRequestBytes").map(str::parse::<usize>) {
+                    Some(Ok(n)) if n > 0 => Ok(MiddlewareSpec::MaxBytes { max_request_bytes: n }),
+                    _ => Err("maxbytes needs maxRequestBytes=<positive integer>".into()),
+                }
+            }
+            "" => Err("empty middleware name".into()),
+            other => Err(format!("unknown middleware `{other}` (known: logging, cors, content_decompressor, maxconns, maxbytes)")),
+        }
+    }
+}
+
+/// Parses a whole list (already validated at config load).
+pub fn parse_list(items: &[String], kind: ServerKind) -> Result<Vec<MiddlewareSpec>, String> {
+    items.iter().map(|i| MiddlewareSpec::parse(i, kind)).collect()
+}
+
+/// Settings the listener (not the router) applies.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListenerSettings {
+    /// Connection cap.
+    pub max_conns: Option<ConnLimit>,
+}
+
+/// What the HTTP middlewares need to know.
+#[derive(Debug, Clone)]
+pub struct HttpContext {
+    /// Limit on the body after decompression.
+    pub max_request_body_bytes: usize,
+}
+
+/// Applies the list to an HTTP router; returns it and the listener settings.
+pub fn apply_http(mut router: Router, specs: &[MiddlewareSpec], ctx: &HttpContext, auth: Option<AuthLayerState>) -> (Router, ListenerSettings) {
+    let mut listener = ListenerSettings::default();
+    for spec in specs {
+        router = match spec {
+            MiddlewareSpec::Logging => router.layer(from_fn_with_state(ServerKind::Http, logging::logging)),
+            MiddlewareSpec::Cors { allowed_origins } => router.layer(from_fn_with_state(cors::CorsState::new(allowed_origins), cors::cors)),
+            MiddlewareSpec::ContentDecompressor => {
+                router.layer(from_fn_with_state(ctx.max_request_body_bytes, decompress::content_decompressor))
+            }
+            MiddlewareSpec::MaxBytes { max_request_bytes } => {
+                router.layer(from_fn_with_state((ServerKind::Http, *max_request_bytes), maxbytes::maxbytes))
+            }
+            MiddlewareSpec::MaxConns(limit) => {
+                listener.max_conns = Some(*limit);
+                router
+            }
+        };
+    }
+    if let Some(auth) = auth {
+        router = router.layer(from_fn_with_state((ServerKind::Http, auth), auth::auth));
+    }
+    (router, listener)
+}
+
+/// gRPC settings that tonic applies per service.
+#[derive(Debug, Clone, Copy)]
+pub struct GrpcSettings {
+    /// Accept gzip / zstd compressed messages.
+    pub accept_compressed: bool,
+    /// Largest message, compressed or not.
+    pub max_message_bytes: usize,
+}
+
+/// Reads the service-level settings out of a gRPC list.
+pub fn grpc_settings(specs: &[MiddlewareSpec], max_recv_msg_size_bytes: usize) -> GrpcSettings {
+    let mut s = GrpcSettings { accept_compressed: false, max_message_bytes: max_recv_msg_size_bytes };
+    for spec in specs {
+        match spec {
+            MiddlewareSpec::ContentDecompressor => s.accept_compressed = true,
+            MiddlewareSpec::MaxBytes { max_request_bytes } => s.max_message_bytes = s.max_message_bytes.min(*max_request_bytes),
+            _ => {}
+        }
+    }
+    s
+}
+
+/// Applies the list to the gRPC router (tonic's routes as axum).
+pub fn apply_grpc(mut router: Router, specs: &[MiddlewareSpec], auth: Option<AuthLayerState>) -> (Router, ListenerSettings) {
+    let mut listener = ListenerSettings::default();
+    // Innermost, always: tonic reports an oversized frame as OUT_OF_RANGE; OTLP clients
+    // and the specification expect RESOURCE_EXHAUSTED.
+    router = router.layer(axum::middleware::from_fn(grpc_status::oversize_as_resource_exhausted));
+    for spec in specs {
+        router = match spec {
+            MiddlewareSpec::Logging => router.layer(from_fn_with_state(ServerKind::Grpc, logging::logging)),
+            MiddlewareSpec::MaxConns(limit) => {
+                listener.max_conns = Some(*limit);
+                router
+            }
+            // Applied by tonic per service (see grpc_settings); cors is refused at parse.
+            MiddlewareSpec::ContentDecompressor | MiddlewareSpec::MaxBytes { .. } | MiddlewareSpec::Cors { .. } => router,
+        };
+    }
+    if let Some(auth) = auth {
+        router = router.layer(from_fn_with_state((ServerKind::Grpc, auth), auth::auth));
+    }
+    (router, listener)
+}
+
+/// Answers a request from a middleware, counting it as rejected.
+pub(crate) fn reject(kind: ServerKind, req: &Request<Body>, err: ApiError, started: std::time::Instant) -> Response<Body> {
+    let signal = Signal::classify(req.uri().path()).map_or("unknown", Signal::as_str);
+    let tenant = req.extensions().get::<Tenant>();
+    metrics::counter!(crate::telemetry::names::REQUESTS_REJECTED, "protocol" => kind.protocol().as_str(), "signal" => signal, "reason" => err.reason())
+        .increment(1);
+    count_request(kind.protocol(), signal, "rejected", tenant, started.elapsed());
+    match kind {
+        ServerKind::Http => {
+            let ct = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+            err.into_http(Format::for_errors(ct))
+        }
+        ServerKind::Grpc => err.into_grpc_http(),
+    }
+}
+
+/// Re-exported for tests of Retry-After parsing.
+pub fn retry_after_header(resp: &Response<Body>) -> Option<Duration> {
+    resp.headers().get(header::RETRY_AFTER)?.to_str().ok()?.parse::<u64>().ok().map(Duration::from_secs)
+}

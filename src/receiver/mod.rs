@@ -1,0 +1,86 @@
+//! Receivers: OTLP over HTTP (axum) and gRPC (tonic), sharing one hand-off into the
+//! pipeline ([`Ingest`]) and one error mapping ([`response`]).
+
+pub mod compression;
+pub mod decode;
+pub mod grpc;
+pub mod http;
+pub mod middleware;
+pub mod response;
+pub mod server;
+
+use crate::pipeline::{Pipeline, SubmitError};
+use crate::signal::Payload;
+use crate::telemetry::names;
+use response::ApiError;
+use std::sync::Arc;
+
+/// The authenticated tenant of a request (its token), in the request's extensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant(pub Arc<str>);
+
+impl Tenant {
+    /// The metric label value: the tenant, or `none` without auth.
+    pub fn label(tenant: Option<&Tenant>) -> String {
+        tenant.map_or_else(|| "none".to_string(), |t| t.0.to_string())
+    }
+}
+
+/// Which receiver a request came through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// OTLP/HTTP.
+    Http,
+    /// OTLP/gRPC.
+    Grpc,
+}
+
+impl Protocol {
+    /// Metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Http => "http",
+            Protocol::Grpc => "grpc",
+        }
+    }
+}
+
+/// Hands decoded payloads to the pipeline and counts the outcome.
+#[derive(Debug, Clone)]
+pub struct Ingest {
+    pipeline: Arc<Pipeline>,
+}
+
+impl Ingest {
+    /// Wraps the pipeline.
+    pub fn new(pipeline: Arc<Pipeline>) -> Self {
+        Ingest { pipeline }
+    }
+
+    /// Submits a decoded payload; items are counted received, then accepted or rejected.
+    pub fn accept(&self, payload: Payload, protocol: Protocol) -> Result<(), ApiError> {
+        let signal = payload.signal().as_str();
+        let items = payload.item_count() as u64;
+        metrics::counter!(names::ITEMS_RECEIVED, "protocol" => protocol.as_str(), "signal" => signal).increment(items);
+        match self.pipeline.submit(payload) {
+            Ok(()) => {
+                metrics::counter!(names::ITEMS_ACCEPTED, "signal" => signal).increment(items);
+                Ok(())
+            }
+            Err(e) => {
+                metrics::counter!(names::ITEMS_REJECTED, "signal" => signal, "reason" => e.reason()).increment(items);
+                Err(match e {
+                    SubmitError::QueueFull { retry_after, .. } => ApiError::QueueFull { message: e.to_string(), retry_after },
+                    SubmitError::ShuttingDown => ApiError::ShuttingDown,
+                })
+            }
+        }
+    }
+}
+
+/// Counts one finished request.
+pub fn count_request(protocol: Protocol, signal: &'static str, outcome: &'static str, tenant: Option<&Tenant>, elapsed: std::time::Duration) {
+    metrics::counter!(names::REQUESTS, "protocol" => protocol.as_str(), "signal" => signal, "outcome" => outcome, "tenant" => Tenant::label(tenant))
+        .increment(1);
+    metrics::histogram!(names::REQUEST_DURATION, "protocol" => protocol.as_str(), "signal" => signal).record(elapsed.as_secs_f64());
+}

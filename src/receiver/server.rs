@@ -1,0 +1,158 @@
+//! One listener loop for both receivers: optional TLS (rustls), an optional connection
+//! cap (`maxconns`), HTTP/1.1 and HTTP/2 (h2c or ALPN), and graceful shutdown.
+
+use crate::config::TlsConfig;
+use crate::telemetry::names;
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinHandle;
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The address could not be bound.
+    #[error("{name}: cannot listen on {endpoint}: {source}")]
+    Bind {
+        /// Server name.
+        name: &'static str,
+        /// The address.
+        endpoint: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The TLS files are unusable.
+    #[error("{name}: TLS: {message}")]
+    Tls {
+        /// Server name.
+        name: &'static str,
+        /// Cause.
+        message: String,
+    },
+}
+
+/// A running server.
+pub struct ServerHandle {
+    /// The bound address (useful with port 0).
+    pub local_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl ServerHandle {
+    /// Stops accepting, lets open requests finish up to `deadline`, then closes.
+    pub async fn shutdown(self, deadline: Duration) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(deadline + Duration::from_millis(100), self.task).await;
+    }
+}
+
+/// Builds a rustls server config; `alpn` lists the protocols to offer.
+pub fn tls_acceptor(name: &'static str, tls: &TlsConfig, alpn: &[&[u8]]) -> Result<tokio_rustls::TlsAcceptor, ServerError> {
+    let err = |message: String| ServerError::Tls { name, message };
+    let read = |p: &std::path::Path| std::fs::read(p).map_err(|e| err(format!("{}: {e}", p.display())));
+    let certs = rustls_pemfile::certs(&mut read(&tls.cert_file)?.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err(format!("cert_file: {e}")))?;
+    if certs.is_empty() {
+        return Err(err("cert_file holds no certificate".into()));
+    }
+    let key = rustls_pemfile::private_key(&mut read(&tls.key_file)?.as_slice())
+        .map_err(|e| err(format!("key_file: {e}")))?
+        .ok_or_else(|| err("key_file holds no private key".into()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| err(e.to_string()))?;
+    let builder = match &tls.client_ca_file {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in rustls_pemfile::certs(&mut read(ca)?.as_slice()) {
+                roots.add(c.map_err(|e| err(format!("client_ca_file: {e}")))?).map_err(|e| err(format!("client_ca_file: {e}")))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| err(format!("client_ca_file: {e}")))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(certs, key).map_err(|e| err(e.to_string()))?;
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Binds `endpoint` and serves `app` until shut down.
+pub async fn serve(
+    name: &'static str,
+    endpoint: &str,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    max_conns: Option<usize>,
+    app: Router,
+) -> Result<ServerHandle, ServerError> {
+    let listener = TcpListener::bind(endpoint).await.map_err(|source| ServerError::Bind { name, endpoint: endpoint.to_string(), source })?;
+    let local_addr = listener.local_addr().map_err(|source| ServerError::Bind { name, endpoint: endpoint.to_string(), source })?;
+    let (stop, mut stopped) = watch::channel(false);
+    let limit = max_conns.map(|n| Arc::new(Semaphore::new(n)));
+    let task = tokio::spawn(async move {
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let builder = auto::Builder::new(TokioExecutor::new());
+        loop {
+            // With a cap, wait for a free slot before accepting: excess clients queue in
+            // the kernel's backlog instead of costing memory here.
+            let permit = match &limit {
+                Some(sem) => tokio::select! {
+                    p = Arc::clone(sem).acquire_owned() => p.ok(),
+                    _ = stopped.changed() => break,
+                },
+                None => None,
+            };
+            let (stream, peer) = tokio::select! {
+                r = listener.accept() => match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        tracing::warn!(server = name, error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                _ = stopped.changed() => break,
+            };
+            let _ = stream.set_nodelay(true);
+            let svc = TowerToHyperService::new(app.clone());
+            let tls = tls.clone();
+            let builder = builder.clone();
+            let watcher = graceful.watcher();
+            tokio::spawn(async move {
+                let _permit = permit;
+                let gauge = metrics::gauge!(names::CONNECTIONS, "server" => name);
+                gauge.increment(1.0);
+                let result = match tls {
+                    Some(acceptor) => match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+                        Ok(Ok(s)) => watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(s), svc).into_owned()).await,
+                        Ok(Err(e)) => {
+                            tracing::debug!(server = name, %peer, error = %e, "TLS handshake failed");
+                            Ok(())
+                        }
+                        Err(_) => Ok(()),
+                    },
+                    None => watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned()).await,
+                };
+                if let Err(e) = result {
+                    tracing::debug!(server = name, %peer, error = %e, "connection ended with error");
+                }
+                gauge.decrement(1.0);
+            });
+        }
+        drop(listener);
+        // Open connections finish their requests; the caller bounds how long.
+        graceful.shutdown().await;
+    });
+    Ok(ServerHandle { local_addr, stop, task })
+}

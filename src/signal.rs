@@ -1,0 +1,164 @@
+//! The four OTLP signals and the decoded payload that travels through the pipeline.
+
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use prost::Message;
+
+/// A telemetry signal; also the throttle's record type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Signal {
+    /// Spans.
+    Traces,
+    /// Metric data points.
+    Metrics,
+    /// Log records.
+    Logs,
+    /// Profiles (v1development).
+    Profiles,
+}
+
+impl Signal {
+    /// All signals, in a fixed order (useful for per-signal arrays).
+    pub const ALL: [Signal; 4] = [Signal::Traces, Signal::Metrics, Signal::Logs, Signal::Profiles];
+
+    /// Lower-case name used in metrics, file names and config keys.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Signal::Traces => "traces",
+            Signal::Metrics => "metrics",
+            Signal::Logs => "logs",
+            Signal::Profiles => "profiles",
+        }
+    }
+
+    /// Index into [`Signal::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The OTLP/HTTP path.
+    pub fn http_path(self) -> &'static str {
+        match self {
+            Signal::Traces => "/v1/traces",
+            Signal::Metrics => "/v1/metrics",
+            Signal::Logs => "/v1/logs",
+            Signal::Profiles => "/v1development/profiles",
+        }
+    }
+
+    /// The OTLP/gRPC method path.
+    pub fn grpc_path(self) -> &'static str {
+        match self {
+            Signal::Traces => "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            Signal::Metrics => "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+            Signal::Logs => "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+            Signal::Profiles => "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export",
+        }
+    }
+
+    /// The word for one item of this signal, as in OTLP's partial-success fields.
+    pub fn item_noun(self) -> &'static str {
+        match self {
+            Signal::Traces => "spans",
+            Signal::Metrics => "data_points",
+            Signal::Logs => "log_records",
+            Signal::Profiles => "profiles",
+        }
+    }
+}
+
+/// One decoded export request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Payload {
+    /// Traces.
+    Traces(ExportTraceServiceRequest),
+    /// Metrics.
+    Metrics(ExportMetricsServiceRequest),
+    /// Logs.
+    Logs(ExportLogsServiceRequest),
+    /// Profiles.
+    Profiles(ExportProfilesServiceRequest),
+}
+
+impl Payload {
+    /// Which signal this is.
+    pub fn signal(&self) -> Signal {
+        match self {
+            Payload::Traces(_) => Signal::Traces,
+            Payload::Metrics(_) => Signal::Metrics,
+            Payload::Logs(_) => Signal::Logs,
+            Payload::Profiles(_) => Signal::Profiles,
+        }
+    }
+
+    /// Items: spans, metric data points, log records or profiles.
+    pub fn item_count(&self) -> usize {
+        match self {
+            Payload::Traces(r) => r.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum(),
+            Payload::Metrics(r) => r
+                .resource_metrics
+                .iter()
+                .flat_map(|r| &r.scope_metrics)
+                .flat_map(|s| &s.metrics)
+                .map(|m| data_point_count(m.data.as_ref()))
+                .sum(),
+            Payload::Logs(r) => r.resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len()).sum(),
+            Payload::Profiles(r) => r.resource_profiles.iter().flat_map(|r| &r.scope_profiles).map(|s| s.profiles.len()).sum(),
+        }
+    }
+
+    /// Size of the protobuf encoding; what the queue bound counts.
+    pub fn encoded_len(&self) -> usize {
+        match self {
+            Payload::Traces(r) => r.encoded_len(),
+            Payload::Metrics(r) => r.encoded_len(),
+            Payload::Logs(r) => r.encoded_len(),
+            Payload::Profiles(r) => r.encoded_len(),
+        }
+    }
+
+    /// Protobuf encoding of the export request.
+    pub fn encode_to_vec(&self) -> Vec<u8> {
+        match self {
+            Payload::Traces(r) => r.encode_to_vec(),
+            Payload::Metrics(r) => r.encode_to_vec(),
+            Payload::Logs(r) => r.encode_to_vec(),
+            Payload::Profiles(r) => r.encode_to_vec(),
+        }
+    }
+
+    /// Appends `other` (same signal) to `self`. Profiles are not merged, because each
+    /// request carries its own dictionary that its indices point into; returns `other`
+    /// back in that case (and when the signals differ).
+    pub fn merge(&mut self, other: Payload) -> Result<(), Payload> {
+        match (self, other) {
+            (Payload::Traces(a), Payload::Traces(b)) => a.resource_spans.extend(b.resource_spans),
+            (Payload::Metrics(a), Payload::Metrics(b)) => a.resource_metrics.extend(b.resource_metrics),
+            (Payload::Logs(a), Payload::Logs(b)) => a.resource_logs.extend(b.resource_logs),
+            (_, other) => return Err(other),
+        }
+        Ok(())
+    }
+}
+
+/// Data points in one metric; a metric without data counts as zero.
+fn data_point_count(data: Option<&Data>) -> usize {
+    match data {
+        Some(Data::Gauge(g)) => g.data_points.len(),
+        Some(Data::Sum(s)) => s.data_points.len(),
+        Some(Data::Histogram(h)) => h.data_points.len(),
+        Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
+        Some(Data::Summary(s)) => s.data_points.len(),
+        None => 0,
+    }
+}
+
+impl Signal {
+    /// The signal an OTLP HTTP path or gRPC method path carries, if any.
+    pub fn classify(path: &str) -> Option<Signal> {
+        Signal::ALL.into_iter().find(|s| s.http_path() == path || s.grpc_path() == path)
+    }
+}

@@ -1,0 +1,40 @@
+//! The admin server: `/metrics`, `/healthz`, `/readyz`.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Shared admin state.
+#[derive(Clone)]
+pub struct AdminState {
+    /// The Prometheus recorder.
+    pub prometheus: PrometheusHandle,
+    /// False until the receivers listen, and again once shutdown starts.
+    pub ready: Arc<AtomicBool>,
+}
+
+/// The admin routes; other modules may merge their own (e.g. `/debug/throttle`).
+pub fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+async fn metrics(State(s): State<AdminState>) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    s.prometheus.run_upkeep();
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.prometheus.render())
+}
+
+async fn readyz(State(s): State<AdminState>) -> (StatusCode, &'static str) {
+    if s.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
