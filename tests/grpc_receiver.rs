@@ -1,0 +1,84 @@
+//! OTLP/gRPC with tonic clients: all four signals, gzip, the receive limit, auth.
+
+mod support;
+
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_client::ProfilesServiceClient;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use support::*;
+use tonic::codec::CompressionEncoding;
+use tonic::Code;
+
+#[tokio::test]
+async fn all_four_signals_with_and_without_gzip() {
+    let w = start_default().await;
+    let ch = tonic::transport::Channel::from_shared(w.grpc()).unwrap().connect().await.unwrap();
+    TraceServiceClient::new(ch.clone()).export(traces("g", 3, 2)).await.expect("traces");
+    TraceServiceClient::new(ch.clone()).send_compressed(CompressionEncoding::Gzip).export(traces("gz", 2, 2)).await.expect("gzip traces");
+    MetricsServiceClient::new(ch.clone()).export(metrics("g", 4)).await.expect("metrics");
+    LogsServiceClient::new(ch.clone()).send_compressed(CompressionEncoding::Gzip).export(logs("g", 5)).await.expect("logs");
+    ProfilesServiceClient::new(ch.clone()).export(profiles(3)).await.expect("profiles");
+
+    let spans = wait_items(&w.data_dir(), "traces", 5).await;
+    let mut names: Vec<_> = spans.iter().map(|s| s["name"].as_str().unwrap().to_string()).collect();
+    names.sort();
+    assert_eq!(names, ["span-g-0", "span-g-1", "span-g-2", "span-gz-0", "span-gz-1"]);
+    let m = wait_items(&w.data_dir(), "metrics", 4).await;
+    assert_eq!(m[3]["gauge"]["dataPoints"][0]["asInt"], "3");
+    let l = wait_items(&w.data_dir(), "logs", 5).await;
+    assert_eq!(l.iter().filter(|r| r["severityNumber"] == 9).count(), 5);
+    let p = wait_items(&w.data_dir(), "profiles", 3).await;
+    assert_eq!(p[2]["samples"][0]["values"][0], "12");
+    let line = &read_lines(&w.data_dir(), "profiles")[0];
+    assert_eq!(line["dictionary"]["stringTable"][1], "cpu");
+    w.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn oversized_message_is_resource_exhausted() {
+    let yaml = base_yaml(std::path::Path::new("{dir}"), "").replace("  grpc_server:\n", "  grpc_server:\n    max_recv_msg_size_bytes: 50000\n");
+    let w = start_yaml(&yaml).await;
+    let ch = tonic::transport::Channel::from_shared(w.grpc()).unwrap().connect().await.unwrap();
+    let err = TraceServiceClient::new(ch.clone()).export(traces("big", 400, 10)).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    // Decompressed over the limit, small on the wire: also RESOURCE_EXHAUSTED.
+    let err = TraceServiceClient::new(ch.clone()).send_compressed(CompressionEncoding::Gzip).export(traces("big", 400, 10)).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    // No RetryInfo: an oversized message must not be retried.
+    assert!(weir::exporter::retry_delay_of(&err).is_none());
+    TraceServiceClient::new(ch).export(traces("small", 2, 1)).await.expect("small passes");
+    w.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn tokens_are_required_on_both_servers_and_become_the_tenant() {
+    let extra = "  auth:\n    tokens: [\"alpha-token\", \"beta-token\"]\n";
+    let w = start_yaml(&base_yaml(std::path::Path::new("{dir}"), extra)).await;
+    let ch = tonic::transport::Channel::from_shared(w.grpc()).unwrap().connect().await.unwrap();
+
+    let err = TraceServiceClient::new(ch.clone()).export(traces("a", 1, 1)).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated);
+    let mut req = tonic::Request::new(traces("a", 1, 1));
+    req.metadata_mut().insert("authorization", "Bearer wrong".parse().unwrap());
+    assert_eq!(TraceServiceClient::new(ch.clone()).export(req).await.unwrap_err().code(), Code::Unauthenticated);
+    let mut req = tonic::Request::new(traces("a", 1, 1));
+    req.metadata_mut().insert("authorization", "Bearer alpha-token".parse().unwrap());
+    TraceServiceClient::new(ch.clone()).export(req).await.expect("bearer token accepted");
+    let mut req = tonic::Request::new(traces("b", 1, 1));
+    req.metadata_mut().insert("x-bk-token", "beta-token".parse().unwrap());
+    TraceServiceClient::new(ch).export(req).await.expect("x-bk-token accepted");
+
+    let c = reqwest::Client::new();
+    let url = format!("{}/v1/traces", w.http());
+    let body = prost::Message::encode_to_vec(&traces("h", 1, 1));
+    let r = c.post(&url).header("content-type", "application/x-protobuf").body(body.clone()).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = c.post(&url).header("content-type", "application/x-protobuf").header("x-bk-token", "alpha-token").body(body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+
+    assert_eq!(wait_items(&w.data_dir(), "traces", 3).await.len(), 3);
+    let alpha = metric_value(&w.admin(), "weir_receiver_requests_total{protocol=\"grpc\",signal=\"traces\",outcome=\"accepted\",tenant=\"alpha-token\"}").await;
+    assert_eq!(alpha, Some(1.0));
+    w.app.shutdown().await;
+}

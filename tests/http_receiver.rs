@@ -1,0 +1,205 @@
+//! OTLP/HTTP protobuf over real sockets: every compression, every error status, and the
+//! file exporter's output read back item by item.
+
+mod support;
+
+use prost::Message;
+use std::io::Write;
+use support::*;
+use weir::rpc;
+
+fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+async fn post(url: &str, ct: &str, encoding: Option<&str>, body: Vec<u8>) -> reqwest::Response {
+    let mut req = client().post(url).header("content-type", ct).body(body);
+    if let Some(e) = encoding {
+        req = req.header("content-encoding", e);
+    }
+    req.send().await.expect("request sent")
+}
+
+#[tokio::test]
+async fn every_compression_is_accepted_and_exported() {
+    let w = start_default().await;
+    let url = format!("{}/v1/traces", w.http());
+    let compressions: Vec<(&str, Box<dyn Fn(&[u8]) -> Vec<u8>>)> = vec![
+        ("identity", Box::new(|d: &[u8]| d.to_vec())),
+        ("gzip", Box::new(|d: &[u8]| gzip(d))),
+        ("deflate", Box::new(|d: &[u8]| {
+            let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(d).unwrap();
+            e.finish().unwrap()
+        })),
+        ("zstd", Box::new(|d: &[u8]| zstd::encode_all(d, 3).unwrap())),
+        ("snappy", Box::new(|d: &[u8]| snap::raw::Encoder::new().compress_vec(d).unwrap())),
+    ];
+    for (name, compress) in &compressions {
+        let body = compress(&traces(name, 3, 2).encode_to_vec());
+        let resp = post(&url, "application/x-protobuf", Some(name), body).await;
+        assert_eq!(resp.status(), 200, "{name}");
+        assert_eq!(resp.headers()["content-type"], "application/x-protobuf");
+        let bytes = resp.bytes().await.unwrap();
+        let decoded = opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse::decode(bytes).unwrap();
+        assert!(decoded.partial_success.is_none());
+    }
+    let spans = wait_items(&w.data_dir(), "traces", 15).await;
+    assert_eq!(spans.len(), 15);
+    for (name, _) in &compressions {
+        for i in 0..3 {
+            let want = format!("span-{name}-{i}");
+            let span = spans.iter().find(|s| s["name"] == want.as_str()).unwrap_or_else(|| panic!("{want} missing"));
+            let trace_id: String = (0..16u8).map(|b| format!("{:02x}", b ^ i as u8)).collect();
+            assert_eq!(span["traceId"], trace_id.as_str());
+            assert_eq!(span["kind"], 2);
+            assert_eq!(span["attributes"][1]["key"], "attr.1");
+            assert_eq!(span["attributes"][1]["value"]["stringValue"], format!("value-{i}-1").as_str());
+        }
+    }
+    w.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn all_four_signals_over_http() {
+    let w = start_default().await;
+    let base = w.http();
+    for (path, body) in [
+        ("/v1/metrics", metrics("h", 4).encode_to_vec()),
+        ("/v1/logs", logs("h", 5).encode_to_vec()),
+        ("/v1development/profiles", profiles(2).encode_to_vec()),
+    ] {
+        let resp = post(&format!("{base}{path}"), "application/x-protobuf; charset=binary", None, body).await;
+        assert_eq!(resp.status(), 200, "{path}");
+    }
+    assert_eq!(wait_items(&w.data_dir(), "metrics", 4).await.len(), 4);
+    let logs = wait_items(&w.data_dir(), "logs", 5).await;
+    assert_eq!(logs[4]["body"]["stringValue"], "log-h-4");
+    let profs = wait_items(&w.data_dir(), "profiles", 2).await;
+    assert_eq!(profs[1]["profileId"], "02".repeat(16).as_str());
+    w.app.shutdown().await;
+}
+
+async fn status_of(resp: reqwest::Response) -> (u16, rpc::Status) {
+    let code = resp.status().as_u16();
+    let ct = resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+    let body = resp.bytes().await.unwrap();
+    let status = if ct.starts_with("application/json") {
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        rpc::Status { code: v["code"].as_i64().unwrap() as i32, message: v["message"].as_str().unwrap().to_string(), details: vec![] }
+    } else {
+        rpc::Status::decode(body).expect("error body is a google.rpc.Status")
+    };
+    (code, status)
+}
+
+#[tokio::test]
+async fn error_statuses_carry_a_status_body_that_names_the_problem() {
+    let yaml = base_yaml(std::path::Path::new("{dir}"), "").replace(
+        "middlewares: [\"logging\", \"content_decompressor\"]\n  grpc_server",
+        "middlewares: [\"logging\", \"content_decompressor\", \"maxbytes;maxRequestBytes=200000\"]\n    max_request_body_bytes: 100000\n  grpc_server",
+    );
+    let w = start_yaml(&yaml).await;
+    let url = format!("{}/v1/traces", w.http());
+    let pb = "application/x-protobuf";
+
+    let (code, st) = status_of(post(&url, pb, None, b"\xff\xff\xff garbage".to_vec()).await).await;
+    assert_eq!((code, st.code), (400, 3));
+    assert!(st.message.contains("cannot decode traces"), "{}", st.message);
+
+    let (code, st) = status_of(post(&url, pb, Some("br"), vec![1, 2, 3]).await).await;
+    assert_eq!(code, 400);
+    assert!(st.message.contains("Content-Encoding `br`"), "{}", st.message);
+
+    let (code, st) = status_of(post(&url, pb, Some("gzip"), b"not gzip".to_vec()).await).await;
+    assert_eq!(code, 400);
+    assert!(st.message.contains("invalid gzip"), "{}", st.message);
+
+    let (code, st) = status_of(post(&url, "text/plain", None, vec![]).await).await;
+    assert_eq!(code, 415);
+    assert!(st.message.contains("text/plain"), "{}", st.message);
+
+    let resp = client().get(&url).send().await.unwrap();
+    assert_eq!(resp.headers()["allow"], "POST");
+    assert_eq!(status_of(resp).await.0, 405);
+
+    let resp = client().post(format!("{}/v1/nothing", w.http())).header("content-type", pb).body(vec![]).send().await.unwrap();
+    assert_eq!(status_of(resp).await.0, 404);
+
+    // Wire body over max_request_body_bytes (100 kB) but under maxbytes (200 kB).
+    let big = traces("big", 400, 10).encode_to_vec();
+    assert!(big.len() > 100_000 && big.len() < 200_000, "{}", big.len());
+    let (code, st) = status_of(post(&url, pb, None, big.clone()).await).await;
+    assert_eq!(code, 413);
+    assert!(st.message.contains("100000"), "{}", st.message);
+
+    // Over maxbytes: refused from Content-Length before reading.
+    let (code, st) = status_of(post(&url, pb, None, vec![0; 300_000]).await).await;
+    assert_eq!(code, 413);
+    assert!(st.message.contains("maxRequestBytes=200000"), "{}", st.message);
+
+    // A gzip bomb: tiny on the wire, past the limit decompressed.
+    let bomb = gzip(&vec![0u8; 10 << 20]);
+    assert!(bomb.len() < 100_000);
+    let (code, st) = status_of(post(&url, pb, Some("gzip"), bomb).await).await;
+    assert_eq!(code, 413);
+    assert!(st.message.contains("decompressed"), "{}", st.message);
+
+    // Nothing of the refused requests reached the exporter.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(read_lines(&w.data_dir(), "traces").is_empty());
+    let rejected = metric_value(&w.admin(), "weir_receiver_requests_rejected_total{protocol=\"http\",signal=\"traces\",reason=\"too_large\"}").await;
+    assert_eq!(rejected, Some(3.0));
+    w.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn compressed_body_without_decompressor_is_refused() {
+    let yaml = base_yaml(std::path::Path::new("{dir}"), "").replacen("middlewares: [\"logging\", \"content_decompressor\"]", "middlewares: [\"logging\"]", 1);
+    let w = start_yaml(&yaml).await;
+    let body = gzip(&traces("x", 1, 1).encode_to_vec());
+    let (code, st) = status_of(post(&format!("{}/v1/traces", w.http()), "application/x-protobuf", Some("gzip"), body).await).await;
+    assert_eq!(code, 415);
+    assert!(st.message.contains("content_decompressor"), "{}", st.message);
+    w.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn h2c_prior_knowledge_works() {
+    let w = start_default().await;
+    let c = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let resp = c.post(format!("{}/v1/traces", w.http())).header("content-type", "application/x-protobuf").body(traces("h2", 2, 1).encode_to_vec()).send().await.unwrap();
+    assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+    assert_eq!(resp.status(), 200);
+    assert_eq!(wait_items(&w.data_dir(), "traces", 2).await.len(), 2);
+    w.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn cors_preflight_and_admin_endpoints() {
+    let yaml = base_yaml(std::path::Path::new("{dir}"), "").replacen(
+        "middlewares: [\"logging\", \"content_decompressor\"]",
+        "middlewares: [\"logging\", \"content_decompressor\", \"cors;allowedOrigins=https://app.example\"]",
+        1,
+    );
+    let w = start_yaml(&yaml).await;
+    let url = format!("{}/v1/traces", w.http());
+    let resp = client()
+        .request(reqwest::Method::OPTIONS, &url)
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "content-type")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    assert_eq!(resp.headers()["access-control-allow-origin"], "https://app.example");
+    let resp = client().request(reqwest::Method::OPTIONS, &url).header("origin", "https://evil.example").header("access-control-request-method", "POST").send().await.unwrap();
+    assert!(resp.headers().get("access-control-allow-origin").is_none());
+
+    assert_eq!(client().get(format!("{}/healthz", w.admin())).send().await.unwrap().status(), 200);
+    assert_eq!(client().get(format!("{}/readyz", w.admin())).send().await.unwrap().status(), 200);
+    let text = client().get(format!("{}/metrics", w.admin())).send().await.unwrap().text().await.unwrap();
+    assert!(text.contains("weir_pipeline_queue_bytes"), "{text}");
+    w.app.shutdown().await;
+}

@@ -1,0 +1,211 @@
+//! Shared test helpers: start a real weir on loopback ports, build OTLP requests, read
+//! the file exporter's output back.
+#![allow(dead_code)]
+
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics};
+use opentelemetry_proto::tonic::profiles::v1development::{Profile, ProfilesDictionary, ResourceProfiles, Sample, ScopeProfiles};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use std::path::{Path, PathBuf};
+use weir::app::RunningApp;
+use weir::config::Config;
+
+/// A running weir and the temp dir its file exporter writes to.
+pub struct Weir {
+    pub app: RunningApp,
+    pub dir: tempfile::TempDir,
+}
+
+impl Weir {
+    pub fn http(&self) -> String {
+        format!("http://{}", self.app.http_addr.expect("http enabled"))
+    }
+    pub fn grpc(&self) -> String {
+        format!("http://{}", self.app.grpc_addr.expect("grpc enabled"))
+    }
+    pub fn admin(&self) -> String {
+        format!("http://{}", self.app.admin_addr)
+    }
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+}
+
+/// The YAML head every test config shares: loopback port 0 everywhere.
+pub fn base_yaml(dir: &Path, extra_receiver: &str) -> String {
+    format!(
+        r#"
+receiver:
+  http_server:
+    endpoint: "127.0.0.1:0"
+    middlewares: ["logging", "content_decompressor"]
+  grpc_server:
+    endpoint: "127.0.0.1:0"
+    middlewares: ["logging", "content_decompressor"]
+{extra_receiver}
+pipeline:
+  batch:
+    max_items: 100000
+    timeout: 20ms
+exporters:
+  - type: file
+    path: "{}"
+admin:
+  endpoint: "127.0.0.1:0"
+"#,
+        dir.join("data").display()
+    )
+}
+
+/// Starts weir from YAML in which `{dir}` is replaced by a fresh temp dir.
+pub async fn start_yaml(yaml: &str) -> Weir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = yaml.replace("{dir}", &dir.path().display().to_string());
+    let config = Config::from_yaml(&yaml).unwrap_or_else(|e| panic!("config: {e}\n{yaml}"));
+    let app = weir::app::start(config).await.expect("weir starts");
+    Weir { app, dir }
+}
+
+/// Starts weir with the base config.
+pub async fn start_default() -> Weir {
+    start_yaml(&base_yaml(Path::new("{dir}"), "")).await
+}
+
+/// Reads every line of `<signal>.jsonl`, each a JSON export request.
+pub fn read_lines(dir: &Path, signal: &str) -> Vec<serde_json::Value> {
+    let path = dir.join(format!("{signal}.jsonl"));
+    let Ok(text) = std::fs::read_to_string(&path) else { return Vec::new() };
+    text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line in {}: {e}: {l}", path.display()))).collect()
+}
+
+/// Waits (bounded) until the file for `signal` holds `n` items, and returns the items.
+pub async fn wait_items(dir: &Path, signal: &str, n: usize) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let items = items_of(&read_lines(dir, signal), signal);
+        if items.len() >= n || std::time::Instant::now() > deadline {
+            return items;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Flattens export requests into their items (spans, data points' metrics, log records, profiles).
+pub fn items_of(lines: &[serde_json::Value], signal: &str) -> Vec<serde_json::Value> {
+    let (res, scope, item) = match signal {
+        "traces" => ("resourceSpans", "scopeSpans", "spans"),
+        "metrics" => ("resourceMetrics", "scopeMetrics", "metrics"),
+        "logs" => ("resourceLogs", "scopeLogs", "logRecords"),
+        _ => ("resourceProfiles", "scopeProfiles", "profiles"),
+    };
+    let mut out = Vec::new();
+    for l in lines {
+        for r in l[res].as_array().into_iter().flatten() {
+            for s in r[scope].as_array().into_iter().flatten() {
+                out.extend(s[item].as_array().into_iter().flatten().cloned());
+            }
+        }
+    }
+    out
+}
+
+pub fn kv(key: &str, v: &str) -> KeyValue {
+    KeyValue { key: key.into(), value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }), ..Default::default() }
+}
+
+fn resource() -> Option<Resource> {
+    Some(Resource { attributes: vec![kv("service.name", "weir-test")], ..Default::default() })
+}
+
+fn scope() -> Option<InstrumentationScope> {
+    Some(InstrumentationScope { name: "weir-tests".into(), version: "1".into(), ..Default::default() })
+}
+
+/// `n` spans named `span-<tag>-<i>`, trace id bytes = i, each with `attrs` attributes.
+pub fn traces(tag: &str, n: usize, attrs: usize) -> ExportTraceServiceRequest {
+    let spans = (0..n)
+        .map(|i| Span {
+            trace_id: (0..16).map(|b| (b as u8) ^ (i as u8)).collect(),
+            span_id: (0..8).map(|b| (b as u8).wrapping_add(1).wrapping_add(i as u8)).collect(),
+            name: format!("span-{tag}-{i}"),
+            kind: 2,
+            start_time_unix_nano: 1_700_000_000_000_000_000 + i as u64,
+            end_time_unix_nano: 1_700_000_000_000_001_000 + i as u64,
+            attributes: (0..attrs).map(|a| kv(&format!("attr.{a}"), &format!("value-{i}-{a}"))).collect(),
+            ..Default::default()
+        })
+        .collect();
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans { resource: resource(), scope_spans: vec![ScopeSpans { scope: scope(), spans, schema_url: String::new() }], schema_url: String::new() }],
+    }
+}
+
+pub fn metrics(tag: &str, n: usize) -> ExportMetricsServiceRequest {
+    let metrics = (0..n)
+        .map(|i| Metric {
+            name: format!("metric-{tag}-{i}"),
+            unit: "1".into(),
+            data: Some(metric::Data::Gauge(Gauge {
+                data_points: vec![NumberDataPoint {
+                    time_unix_nano: 1_700_000_000_000_000_000,
+                    value: Some(number_data_point::Value::AsInt(i as i64)),
+                    attributes: vec![kv("i", &i.to_string())],
+                    ..Default::default()
+                }],
+            })),
+            ..Default::default()
+        })
+        .collect();
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics { resource: resource(), scope_metrics: vec![ScopeMetrics { scope: scope(), metrics, schema_url: String::new() }], schema_url: String::new() }],
+    }
+}
+
+pub fn logs(tag: &str, n: usize) -> ExportLogsServiceRequest {
+    let records = (0..n)
+        .map(|i| LogRecord {
+            time_unix_nano: 1_700_000_000_000_000_000 + i as u64,
+            severity_number: 9,
+            severity_text: "INFO".into(),
+            body: Some(AnyValue { value: Some(any_value::Value::StringValue(format!("log-{tag}-{i}"))) }),
+            ..Default::default()
+        })
+        .collect();
+    ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs { resource: resource(), scope_logs: vec![ScopeLogs { scope: scope(), log_records: records, schema_url: String::new() }], schema_url: String::new() }],
+    }
+}
+
+pub fn profiles(n: usize) -> ExportProfilesServiceRequest {
+    let profiles = (0..n)
+        .map(|i| Profile {
+            profile_id: vec![i as u8 + 1; 16],
+            time_unix_nano: 1_700_000_000_000_000_000,
+            samples: vec![Sample { stack_index: 0, values: vec![10 + i as i64], ..Default::default() }],
+            ..Default::default()
+        })
+        .collect();
+    ExportProfilesServiceRequest {
+        resource_profiles: vec![ResourceProfiles { resource: resource(), scope_profiles: vec![ScopeProfiles { scope: scope(), profiles, schema_url: String::new() }], schema_url: String::new() }],
+        dictionary: Some(ProfilesDictionary { string_table: vec![String::new(), "cpu".into()], ..Default::default() }),
+    }
+}
+
+pub fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+/// Scrapes /metrics and returns the value of the first sample line starting with `prefix`.
+pub async fn metric_value(admin: &str, prefix: &str) -> Option<f64> {
+    let text = reqwest::get(format!("{admin}/metrics")).await.ok()?.text().await.ok()?;
+    text.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).reduce(|a, b| a + b)
+}
