@@ -7,9 +7,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={f}");
     }
     let fds = protox::compile(files, ["proto"])?;
-    prost_build::Config::new()
-        .compile_well_known_types()
-        .extern_path(".google.protobuf", "::prost_types")
-        .compile_fds(fds)?;
+    prost_build::Config::new().compile_well_known_types().extern_path(".google.protobuf", "::prost_types").compile_fds(fds)?;
     Ok(())
 }

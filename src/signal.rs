@@ -132,15 +132,15 @@ impl Payload {
 
     /// Appends `other` (same signal) to `self`. Profiles are not merged, because each
     /// request carries its own dictionary that its indices point into; returns `other`
-    /// back in that case (and when the signals differ).
-    pub fn merge(&mut self, other: Payload) -> Result<(), Payload> {
+    /// back in that case (and when the signals differ); `None` means merged.
+    pub fn merge(&mut self, other: Payload) -> Option<Payload> {
         match (self, other) {
             (Payload::Traces(a), Payload::Traces(b)) => a.resource_spans.extend(b.resource_spans),
             (Payload::Metrics(a), Payload::Metrics(b)) => a.resource_metrics.extend(b.resource_metrics),
             (Payload::Logs(a), Payload::Logs(b)) => a.resource_logs.extend(b.resource_logs),
-            (_, other) => return Err(other),
+            (_, other) => return Some(other),
         }
-        Ok(())
+        None
     }
 }
 

@@ -37,13 +37,15 @@ async fn all_four_signals_with_and_without_gzip() {
 
 #[tokio::test]
 async fn oversized_message_is_resource_exhausted() {
-    let yaml = base_yaml(std::path::Path::new("{dir}"), "").replace("  grpc_server:\n", "  grpc_server:\n    max_recv_msg_size_bytes: 50000\n");
+    let yaml =
+        base_yaml(std::path::Path::new("{dir}"), "").replace("  grpc_server:\n", "  grpc_server:\n    max_recv_msg_size_bytes: 50000\n");
     let w = start_yaml(&yaml).await;
     let ch = tonic::transport::Channel::from_shared(w.grpc()).unwrap().connect().await.unwrap();
     let err = TraceServiceClient::new(ch.clone()).export(traces("big", 400, 10)).await.unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
     // Decompressed over the limit, small on the wire: also RESOURCE_EXHAUSTED.
-    let err = TraceServiceClient::new(ch.clone()).send_compressed(CompressionEncoding::Gzip).export(traces("big", 400, 10)).await.unwrap_err();
+    let err =
+        TraceServiceClient::new(ch.clone()).send_compressed(CompressionEncoding::Gzip).export(traces("big", 400, 10)).await.unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
     // No RetryInfo: an oversized message must not be retried.
     assert!(weir::exporter::retry_delay_of(&err).is_none());
@@ -74,11 +76,16 @@ async fn tokens_are_required_on_both_servers_and_become_the_tenant() {
     let body = prost::Message::encode_to_vec(&traces("h", 1, 1));
     let r = c.post(&url).header("content-type", "application/x-protobuf").body(body.clone()).send().await.unwrap();
     assert_eq!(r.status(), 401);
-    let r = c.post(&url).header("content-type", "application/x-protobuf").header("x-bk-token", "alpha-token").body(body).send().await.unwrap();
+    let r =
+        c.post(&url).header("content-type", "application/x-protobuf").header("x-bk-token", "alpha-token").body(body).send().await.unwrap();
     assert_eq!(r.status(), 200);
 
     assert_eq!(wait_items(&w.data_dir(), "traces", 3).await.len(), 3);
-    let alpha = metric_value(&w.admin(), "weir_receiver_requests_total{protocol=\"grpc\",signal=\"traces\",outcome=\"accepted\",tenant=\"alpha-token\"}").await;
+    let alpha = metric_value(
+        &w.admin(),
+        "weir_receiver_requests_total{protocol=\"grpc\",signal=\"traces\",outcome=\"accepted\",tenant=\"alpha-token\"}",
+    )
+    .await;
     assert_eq!(alpha, Some(1.0));
     w.app.shutdown().await;
 }

@@ -24,14 +24,18 @@ async fn post(url: &str, ct: &str, encoding: Option<&str>, body: Vec<u8>) -> req
 async fn every_compression_is_accepted_and_exported() {
     let w = start_default().await;
     let url = format!("{}/v1/traces", w.http());
-    let compressions: Vec<(&str, Box<dyn Fn(&[u8]) -> Vec<u8>>)> = vec![
+    type Compress = Box<dyn Fn(&[u8]) -> Vec<u8>>;
+    let compressions: Vec<(&str, Compress)> = vec![
         ("identity", Box::new(|d: &[u8]| d.to_vec())),
         ("gzip", Box::new(|d: &[u8]| gzip(d))),
-        ("deflate", Box::new(|d: &[u8]| {
-            let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
-            e.write_all(d).unwrap();
-            e.finish().unwrap()
-        })),
+        (
+            "deflate",
+            Box::new(|d: &[u8]| {
+                let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+                e.write_all(d).unwrap();
+                e.finish().unwrap()
+            }),
+        ),
         ("zstd", Box::new(|d: &[u8]| zstd::encode_all(d, 3).unwrap())),
         ("snappy", Box::new(|d: &[u8]| snap::raw::Encoder::new().compress_vec(d).unwrap())),
     ];
@@ -148,14 +152,19 @@ async fn error_statuses_carry_a_status_body_that_names_the_problem() {
     // Nothing of the refused requests reached the exporter.
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     assert!(read_lines(&w.data_dir(), "traces").is_empty());
-    let rejected = metric_value(&w.admin(), "weir_receiver_requests_rejected_total{protocol=\"http\",signal=\"traces\",reason=\"too_large\"}").await;
+    let rejected =
+        metric_value(&w.admin(), "weir_receiver_requests_rejected_total{protocol=\"http\",signal=\"traces\",reason=\"too_large\"}").await;
     assert_eq!(rejected, Some(3.0));
     w.app.shutdown().await;
 }
 
 #[tokio::test]
 async fn compressed_body_without_decompressor_is_refused() {
-    let yaml = base_yaml(std::path::Path::new("{dir}"), "").replacen("middlewares: [\"logging\", \"content_decompressor\"]", "middlewares: [\"logging\"]", 1);
+    let yaml = base_yaml(std::path::Path::new("{dir}"), "").replacen(
+        "middlewares: [\"logging\", \"content_decompressor\"]",
+        "middlewares: [\"logging\"]",
+        1,
+    );
     let w = start_yaml(&yaml).await;
     let body = gzip(&traces("x", 1, 1).encode_to_vec());
     let (code, st) = status_of(post(&format!("{}/v1/traces", w.http()), "application/x-protobuf", Some("gzip"), body).await).await;
@@ -168,7 +177,13 @@ async fn compressed_body_without_decompressor_is_refused() {
 async fn h2c_prior_knowledge_works() {
     let w = start_default().await;
     let c = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
-    let resp = c.post(format!("{}/v1/traces", w.http())).header("content-type", "application/x-protobuf").body(traces("h2", 2, 1).encode_to_vec()).send().await.unwrap();
+    let resp = c
+        .post(format!("{}/v1/traces", w.http()))
+        .header("content-type", "application/x-protobuf")
+        .body(traces("h2", 2, 1).encode_to_vec())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.version(), reqwest::Version::HTTP_2);
     assert_eq!(resp.status(), 200);
     assert_eq!(wait_items(&w.data_dir(), "traces", 2).await.len(), 2);
@@ -194,7 +209,13 @@ async fn cors_preflight_and_admin_endpoints() {
         .unwrap();
     assert_eq!(resp.status(), 204);
     assert_eq!(resp.headers()["access-control-allow-origin"], "https://app.example");
-    let resp = client().request(reqwest::Method::OPTIONS, &url).header("origin", "https://evil.example").header("access-control-request-method", "POST").send().await.unwrap();
+    let resp = client()
+        .request(reqwest::Method::OPTIONS, &url)
+        .header("origin", "https://evil.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
     assert!(resp.headers().get("access-control-allow-origin").is_none());
 
     assert_eq!(client().get(format!("{}/healthz", w.admin())).send().await.unwrap().status(), 200);

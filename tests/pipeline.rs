@@ -58,7 +58,13 @@ async fn full_queue_answers_503_and_unavailable_with_retry_delay() {
     let c = reqwest::Client::new();
     let mut statuses = Vec::new();
     for _ in 0..10 {
-        let r = c.post(format!("{}/v1/traces", w.http())).header("content-type", "application/x-protobuf").body(body.clone()).send().await.unwrap();
+        let r = c
+            .post(format!("{}/v1/traces", w.http()))
+            .header("content-type", "application/x-protobuf")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
         statuses.push((r.status().as_u16(), r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string())));
     }
     assert_eq!(statuses[0].0, 200);
@@ -84,7 +90,15 @@ async fn clean_shutdown_exports_everything_accepted() {
         let url = format!("{}/v1/traces", w.http());
         tasks.push(tokio::spawn(async move {
             let body = traces(&format!("s{i}"), 25, 3).encode_to_vec();
-            reqwest::Client::new().post(url).header("content-type", "application/x-protobuf").body(body).send().await.unwrap().status().as_u16()
+            reqwest::Client::new()
+                .post(url)
+                .header("content-type", "application/x-protobuf")
+                .body(body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
         }));
     }
     let ch = tonic::transport::Channel::from_shared(w.grpc()).unwrap().connect().await.unwrap();
@@ -122,7 +136,11 @@ async fn otlp_and_otlphttp_exporters_deliver_to_a_second_weir() {
     );
     let front = start_yaml(&yaml).await;
     let c = reqwest::Client::new();
-    for (path, body) in [("/v1/traces", traces("fw", 4, 2).encode_to_vec()), ("/v1/logs", logs("fw", 3).encode_to_vec()), ("/v1/metrics", metrics("fw", 2).encode_to_vec())] {
+    for (path, body) in [
+        ("/v1/traces", traces("fw", 4, 2).encode_to_vec()),
+        ("/v1/logs", logs("fw", 3).encode_to_vec()),
+        ("/v1/metrics", metrics("fw", 2).encode_to_vec()),
+    ] {
         let r = c.post(format!("{}{path}", front.http())).header("content-type", "application/x-protobuf").body(body).send().await.unwrap();
         assert_eq!(r.status(), 200);
     }
@@ -143,7 +161,13 @@ async fn otlphttp_retries_honour_retry_after_then_drop_with_reason() {
     );
     let w = start_yaml(&yaml).await;
     let started = std::time::Instant::now();
-    let r = reqwest::Client::new().post(format!("{}/v1/traces", w.http())).header("content-type", "application/x-protobuf").body(traces("r", 3, 1).encode_to_vec()).send().await.unwrap();
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/traces", w.http()))
+        .header("content-type", "application/x-protobuf")
+        .body(traces("r", 3, 1).encode_to_vec())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while seen.load(Ordering::SeqCst) < 3 && std::time::Instant::now() < deadline {
@@ -157,14 +181,24 @@ async fn otlphttp_retries_honour_retry_after_then_drop_with_reason() {
 
     // A permanent 400 drops at once, counted with its reason.
     let (bad, _) = scripted_upstream(vec![(400, None)], Duration::ZERO).await;
-    let yaml = with_exporters(&format!("  - type: otlphttp\n    name: rejecting\n    endpoint: \"{bad}\"\n"), "pipeline:\n  batch:\n    timeout: 10ms\n");
+    let yaml = with_exporters(
+        &format!("  - type: otlphttp\n    name: rejecting\n    endpoint: \"{bad}\"\n"),
+        "pipeline:\n  batch:\n    timeout: 10ms\n",
+    );
     let w2 = start_yaml(&yaml).await;
-    reqwest::Client::new().post(format!("{}/v1/logs", w2.http())).header("content-type", "application/x-protobuf").body(logs("x", 4).encode_to_vec()).send().await.unwrap();
+    reqwest::Client::new()
+        .post(format!("{}/v1/logs", w2.http()))
+        .header("content-type", "application/x-protobuf")
+        .body(logs("x", 4).encode_to_vec())
+        .send()
+        .await
+        .unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let mut dropped = None;
     while dropped.is_none() && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        dropped = metric_value(&w2.admin(), "weir_items_dropped_total{signal=\"logs\",exporter=\"rejecting\",reason=\"permanent_error\"}").await;
+        dropped =
+            metric_value(&w2.admin(), "weir_items_dropped_total{signal=\"logs\",exporter=\"rejecting\",reason=\"permanent_error\"}").await;
     }
     assert_eq!(dropped, Some(4.0));
 }

@@ -66,7 +66,11 @@ pub struct RetryConfig {
 
 impl Default for RetryConfig {
     fn default() -> Self {
-        RetryConfig { initial_interval: Duration::from_millis(500), max_interval: Duration::from_secs(30), max_elapsed: Duration::from_secs(300) }
+        RetryConfig {
+            initial_interval: Duration::from_millis(500),
+            max_interval: Duration::from_secs(30),
+            max_elapsed: Duration::from_secs(300),
+        }
     }
 }
 

@@ -6,7 +6,10 @@ mod exporter;
 mod pipeline;
 mod receiver;
 
-pub use exporter::{BlackholeExporterConfig, DebugExporterConfig, ExporterConfig, FileExporterConfig, OtlpExporterConfig, OtlpHttpExporterConfig, RetryConfig};
+pub use exporter::{
+    BlackholeExporterConfig, DebugExporterConfig, ExporterConfig, FileExporterConfig, OtlpExporterConfig, OtlpHttpExporterConfig,
+    RetryConfig,
+};
 pub use pipeline::{BatchConfig, PipelineConfig, QueueConfig};
 pub use receiver::{AuthConfig, GrpcServerConfig, HttpServerConfig, ReceiverConfig, TlsConfig};
 

@@ -119,10 +119,17 @@ impl ReceiverConfig {
         }
         for (name, tls) in [("http_server", &h.tls), ("grpc_server", &g.tls)] {
             if let Some(tls) = tls {
-                for (field, path) in [("cert_file", Some(&tls.cert_file)), ("key_file", Some(&tls.key_file)), ("client_ca_file", tls.client_ca_file.as_ref())] {
+                for (field, path) in [
+                    ("cert_file", Some(&tls.cert_file)),
+                    ("key_file", Some(&tls.key_file)),
+                    ("client_ca_file", tls.client_ca_file.as_ref()),
+                ] {
                     if let Some(p) = path {
                         if !p.exists() {
-                            return Err(ConfigError::invalid(format!("receiver.{name}.tls.{field}"), format!("file {} does not exist", p.display())));
+                            return Err(ConfigError::invalid(
+                                format!("receiver.{name}.tls.{field}"),
+                                format!("file {} does not exist", p.display()),
+                            ));
                         }
                     }
                 }

@@ -61,7 +61,11 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn cfg() -> RetryConfig {
-        RetryConfig { initial_interval: Duration::from_millis(100), max_interval: Duration::from_secs(1), max_elapsed: Duration::from_secs(5) }
+        RetryConfig {
+            initial_interval: Duration::from_millis(100),
+            max_interval: Duration::from_secs(1),
+            max_elapsed: Duration::from_secs(5),
+        }
     }
 
     #[tokio::test(start_paused = true)]

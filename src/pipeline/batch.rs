@@ -56,13 +56,13 @@ impl Batcher {
         let Queued { payload, items, permit } = q;
         let payload = match self.open.as_mut() {
             Some((batch, _)) => match batch.payload.merge(payload) {
-                Ok(()) => {
+                None => {
                     batch.items += items;
                     batch._permits.push(permit);
                     None
                 }
                 // Not mergeable (profiles): send the open batch, start a new one.
-                Err(payload) => Some((payload, permit)),
+                Some(payload) => Some((payload, permit)),
             },
             None => Some((payload, permit)),
         };

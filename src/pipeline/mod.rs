@@ -107,9 +107,7 @@ impl Pipeline {
             max: self.budget.max(),
             retry_after: self.retry_after,
         })?;
-        senders[signal.index()]
-            .send(Queued { payload, items, permit })
-            .map_err(|_| SubmitError::ShuttingDown)
+        senders[signal.index()].send(Queued { payload, items, permit }).map_err(|_| SubmitError::ShuttingDown)
     }
 
     /// Bytes held by the pipeline now.

@@ -98,9 +98,7 @@ fn read_bounded(reader: impl Read, wire_len: usize, limit: usize, encoding: Enco
     // Start from a guess (compressed OTLP is typically 4-10x smaller) capped by the limit.
     let mut out = Vec::with_capacity(wire_len.saturating_mul(4).min(limit).min(16 << 20));
     let mut limited = reader.take(limit as u64 + 1);
-    limited
-        .read_to_end(&mut out)
-        .map_err(|e| DecompressError::Corrupt { encoding: encoding.as_str(), message: e.to_string() })?;
+    limited.read_to_end(&mut out).map_err(|e| DecompressError::Corrupt { encoding: encoding.as_str(), message: e.to_string() })?;
     if out.len() > limit {
         return Err(DecompressError::TooLarge { limit });
     }

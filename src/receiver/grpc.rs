@@ -37,7 +37,8 @@ impl OtlpGrpc {
                 Ok(())
             }
             Err(e) => {
-                metrics::counter!(names::REQUESTS_REJECTED, "protocol" => "grpc", "signal" => signal.as_str(), "reason" => e.reason()).increment(1);
+                metrics::counter!(names::REQUESTS_REJECTED, "protocol" => "grpc", "signal" => signal.as_str(), "reason" => e.reason())
+                    .increment(1);
                 count_request(Protocol::Grpc, signal.as_str(), "rejected", tenant.as_ref(), started.elapsed());
                 Err(e.into_grpc_status())
             }

@@ -67,7 +67,8 @@ async fn export(State(st): State<HttpState>, signal: Signal, req: Request<Body>)
             resp
         }
         Err(err) => {
-            metrics::counter!(names::REQUESTS_REJECTED, "protocol" => "http", "signal" => signal.as_str(), "reason" => err.reason()).increment(1);
+            metrics::counter!(names::REQUESTS_REJECTED, "protocol" => "http", "signal" => signal.as_str(), "reason" => err.reason())
+                .increment(1);
             count_request(Protocol::Http, signal.as_str(), "rejected", tenant.as_ref(), started.elapsed());
             err.into_http(error_format)
         }

@@ -79,7 +79,13 @@ impl Ingest {
 }
 
 /// Counts one finished request.
-pub fn count_request(protocol: Protocol, signal: &'static str, outcome: &'static str, tenant: Option<&Tenant>, elapsed: std::time::Duration) {
+pub fn count_request(
+    protocol: Protocol,
+    signal: &'static str,
+    outcome: &'static str,
+    tenant: Option<&Tenant>,
+    elapsed: std::time::Duration,
+) {
     metrics::counter!(names::REQUESTS, "protocol" => protocol.as_str(), "signal" => signal, "outcome" => outcome, "tenant" => Tenant::label(tenant))
         .increment(1);
     metrics::histogram!(names::REQUEST_DURATION, "protocol" => protocol.as_str(), "signal" => signal).record(elapsed.as_secs_f64());

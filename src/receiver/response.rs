@@ -154,9 +154,8 @@ impl ApiError {
 
 /// A `google.protobuf.Any` holding a `google.rpc.RetryInfo`.
 pub fn retry_info_any(delay: Duration) -> prost_types::Any {
-    let info = rpc::RetryInfo {
-        retry_delay: Some(prost_types::Duration { seconds: delay.as_secs() as i64, nanos: delay.subsec_nanos() as i32 }),
-    };
+    let info =
+        rpc::RetryInfo { retry_delay: Some(prost_types::Duration { seconds: delay.as_secs() as i64, nanos: delay.subsec_nanos() as i32 }) };
     prost_types::Any { type_url: "type.googleapis.com/google.rpc.RetryInfo".into(), value: info.encode_to_vec() }
 }
 

@@ -96,7 +96,8 @@ pub async fn serve(
     max_conns: Option<usize>,
     app: Router,
 ) -> Result<ServerHandle, ServerError> {
-    let listener = TcpListener::bind(endpoint).await.map_err(|source| ServerError::Bind { name, endpoint: endpoint.to_string(), source })?;
+    let listener =
+        TcpListener::bind(endpoint).await.map_err(|source| ServerError::Bind { name, endpoint: endpoint.to_string(), source })?;
     let local_addr = listener.local_addr().map_err(|source| ServerError::Bind { name, endpoint: endpoint.to_string(), source })?;
     let (stop, mut stopped) = watch::channel(false);
     let limit = max_conns.map(|n| Arc::new(Semaphore::new(n)));

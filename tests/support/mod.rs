@@ -142,7 +142,11 @@ pub fn traces(tag: &str, n: usize, attrs: usize) -> ExportTraceServiceRequest {
         })
         .collect();
     ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans { resource: resource(), scope_spans: vec![ScopeSpans { scope: scope(), spans, schema_url: String::new() }], schema_url: String::new() }],
+        resource_spans: vec![ResourceSpans {
+            resource: resource(),
+            scope_spans: vec![ScopeSpans { scope: scope(), spans, schema_url: String::new() }],
+            schema_url: String::new(),
+        }],
     }
 }
 
@@ -163,7 +167,11 @@ pub fn metrics(tag: &str, n: usize) -> ExportMetricsServiceRequest {
         })
         .collect();
     ExportMetricsServiceRequest {
-        resource_metrics: vec![ResourceMetrics { resource: resource(), scope_metrics: vec![ScopeMetrics { scope: scope(), metrics, schema_url: String::new() }], schema_url: String::new() }],
+        resource_metrics: vec![ResourceMetrics {
+            resource: resource(),
+            scope_metrics: vec![ScopeMetrics { scope: scope(), metrics, schema_url: String::new() }],
+            schema_url: String::new(),
+        }],
     }
 }
 
@@ -178,7 +186,11 @@ pub fn logs(tag: &str, n: usize) -> ExportLogsServiceRequest {
         })
         .collect();
     ExportLogsServiceRequest {
-        resource_logs: vec![ResourceLogs { resource: resource(), scope_logs: vec![ScopeLogs { scope: scope(), log_records: records, schema_url: String::new() }], schema_url: String::new() }],
+        resource_logs: vec![ResourceLogs {
+            resource: resource(),
+            scope_logs: vec![ScopeLogs { scope: scope(), log_records: records, schema_url: String::new() }],
+            schema_url: String::new(),
+        }],
     }
 }
 
@@ -192,7 +204,11 @@ pub fn profiles(n: usize) -> ExportProfilesServiceRequest {
         })
         .collect();
     ExportProfilesServiceRequest {
-        resource_profiles: vec![ResourceProfiles { resource: resource(), scope_profiles: vec![ScopeProfiles { scope: scope(), profiles, schema_url: String::new() }], schema_url: String::new() }],
+        resource_profiles: vec![ResourceProfiles {
+            resource: resource(),
+            scope_profiles: vec![ScopeProfiles { scope: scope(), profiles, schema_url: String::new() }],
+            schema_url: String::new(),
+        }],
         dictionary: Some(ProfilesDictionary { string_table: vec![String::new(), "cpu".into()], ..Default::default() }),
     }
 }

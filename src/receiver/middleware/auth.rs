@@ -52,7 +52,11 @@ pub(super) async fn auth(State((kind, state)): State<(ServerKind, AuthLayerState
             next.run(req).await
         }
         None => {
-            let msg = if presented_token(&req).is_some() { "unknown token" } else { "missing token: send Authorization: Bearer <token> or X-BK-TOKEN" };
+            let msg = if presented_token(&req).is_some() {
+                "unknown token"
+            } else {
+                "missing token: send Authorization: Bearer <token> or X-BK-TOKEN"
+            };
             reject(kind, &req, ApiError::Unauthenticated(msg.into()), started)
         }
     }

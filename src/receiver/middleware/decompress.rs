@@ -22,7 +22,9 @@ pub(super) async fn content_decompressor(State(limit): State<usize>, req: Reques
         Some(Encoding::Identity) => return next.run(req).await,
         Some(e) => e,
         None => {
-            let err = ApiError::BadRequest(format!("unsupported Content-Encoding `{value}` (accepted: gzip, deflate, zstd, snappy, x-snappy-framed, identity)"));
+            let err = ApiError::BadRequest(format!(
+                "unsupported Content-Encoding `{value}` (accepted: gzip, deflate, zstd, snappy, x-snappy-framed, identity)"
+            ));
             return reject(ServerKind::Http, &req, err, started);
         }
     };

@@ -96,7 +96,10 @@ impl MiddlewareSpec {
         }
         let unknown_opt = |allowed: &[&str]| -> Result<(), String> {
             match opts.iter().find(|(k, _)| !allowed.contains(k)) {
-                Some((k, _)) => Err(format!("unknown option `{k}` for middleware `{name}` (allowed: {})", if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") })),
+                Some((k, _)) => Err(format!(
+                    "unknown option `{k}` for middleware `{name}` (allowed: {})",
+                    if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") }
+                )),
                 None => Ok(()),
             }
         };
@@ -111,7 +114,8 @@ impl MiddlewareSpec {
                     return Err("`cors` applies to the HTTP server only".into());
                 }
                 unknown_opt(&["allowedOrigins"])?;
-                let allowed_origins = opt("allowedOrigins").unwrap_or("*").split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+                let allowed_origins =
+                    opt("allowedOrigins").unwrap_or("*").split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
                 Ok(MiddlewareSpec::Cors { allowed_origins })
             }
             "content_decompressor" => {
@@ -165,7 +169,12 @@ pub struct HttpContext {
 }
 
 /// Applies the list to an HTTP router; returns it and the listener settings.
-pub fn apply_http(mut router: Router, specs: &[MiddlewareSpec], ctx: &HttpContext, auth: Option<AuthLayerState>) -> (Router, ListenerSettings) {
+pub fn apply_http(
+    mut router: Router,
+    specs: &[MiddlewareSpec],
+    ctx: &HttpContext,
+    auth: Option<AuthLayerState>,
+) -> (Router, ListenerSettings) {
     let mut listener = ListenerSettings::default();
     for spec in specs {
         router = match spec {
