@@ -7,7 +7,10 @@ use crate::pipeline::{Pipeline, PipelineTasks};
 use crate::receiver::middleware::{self, AuthLayerState, HttpContext, ServerKind};
 use crate::receiver::server::{self, ServerHandle};
 use crate::receiver::{grpc, http, Ingest};
+use crate::signal::Signal;
 use crate::telemetry::{self, admin};
+use crate::throttle::classify::RouteRegistry;
+use crate::throttle::Throttle;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -41,6 +44,7 @@ pub struct RunningApp {
     tasks: PipelineTasks,
     ready: Arc<AtomicBool>,
     shutdown_timeout: Duration,
+    throttle: Throttle,
 }
 
 fn cores() -> f64 {
@@ -54,13 +58,23 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let (pipeline, tasks) = Pipeline::start(&config.pipeline, exporters);
     let ingest = Ingest::new(Arc::clone(&pipeline));
     let auth = AuthLayerState::new(&config.receiver.auth.tokens);
+    let throttle = Throttle::start(&config.receiver.throttle);
+    let mut routes = RouteRegistry::new();
+    for signal in Signal::ALL {
+        routes.register(signal.http_path(), signal);
+        routes.register(signal.grpc_path(), signal);
+    }
+    let ctx = HttpContext {
+        max_request_body_bytes: config.receiver.http_server.max_request_body_bytes,
+        throttle: Arc::clone(&throttle.manager),
+        routes: Arc::new(routes),
+    };
     let mut receivers = Vec::new();
 
     let mut http_addr = None;
     let h = &config.receiver.http_server;
     if h.enabled {
         let specs = middleware::parse_list(&h.middlewares, ServerKind::Http).map_err(StartError::Middleware)?;
-        let ctx = HttpContext { max_request_body_bytes: h.max_request_body_bytes };
         let (app, listener) = middleware::apply_http(http::router(ingest.clone(), h.max_request_body_bytes), &specs, &ctx, auth.clone());
         let tls = h.tls.as_ref().map(|t| server::tls_acceptor("http", t, &[b"h2", b"http/1.1"])).transpose()?;
         let handle = server::serve("http", &h.endpoint, tls, listener.max_conns.map(|l| l.resolve(cores())), app).await?;
@@ -74,7 +88,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     if g.enabled {
         let specs = middleware::parse_list(&g.middlewares, ServerKind::Grpc).map_err(StartError::Middleware)?;
         let settings = middleware::grpc_settings(&specs, g.max_recv_msg_size_bytes);
-        let (app, listener) = middleware::apply_grpc(grpc::router(ingest.clone(), settings), &specs, auth.clone());
+        let (app, listener) = middleware::apply_grpc(grpc::router(ingest.clone(), settings), &specs, &ctx, auth.clone());
         let tls = g.tls.as_ref().map(|t| server::tls_acceptor("grpc", t, &[b"h2"])).transpose()?;
         let handle = server::serve("grpc", &g.endpoint, tls, listener.max_conns.map(|l| l.resolve(cores())), app).await?;
         tracing::info!(addr = %handle.local_addr, tls = g.tls.is_some(), "OTLP/gRPC listening");
@@ -83,7 +97,8 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     }
 
     let ready = Arc::new(AtomicBool::new(false));
-    let admin_router = admin::router(admin::AdminState { prometheus, ready: Arc::clone(&ready) });
+    let admin_router = admin::router(admin::AdminState { prometheus, ready: Arc::clone(&ready) })
+        .merge(crate::throttle::debug::router(Arc::clone(&throttle.manager), throttle.reader.clone()));
     let admin = server::serve("admin", &config.admin.endpoint, None, None, admin_router).await?;
     tracing::info!(addr = %admin.local_addr, "admin listening");
     ready.store(true, Ordering::Release);
@@ -98,6 +113,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         tasks,
         ready,
         shutdown_timeout: config.pipeline.shutdown_timeout,
+        throttle,
     })
 }
 
@@ -118,6 +134,7 @@ impl RunningApp {
         }
         tracing::info!(queued_bytes = self.pipeline.queued_bytes(), "draining pipeline");
         self.tasks.shutdown(self.pipeline, self.shutdown_timeout).await;
+        self.throttle.stop().await;
         self.admin.shutdown(Duration::from_secs(1)).await;
         tracing::info!("shutdown complete");
     }

@@ -14,6 +14,7 @@ pub mod pipeline;
 pub mod receiver;
 pub mod signal;
 pub mod telemetry;
+pub mod throttle;
 
 /// `google.rpc` messages compiled from `proto/` (Status, RetryInfo).
 #[allow(missing_docs, clippy::all)]

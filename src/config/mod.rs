@@ -5,6 +5,7 @@
 mod exporter;
 mod pipeline;
 mod receiver;
+mod throttle;
 
 pub use exporter::{
     BlackholeExporterConfig, DebugExporterConfig, ExporterConfig, FileExporterConfig, OtlpExporterConfig, OtlpHttpExporterConfig,
@@ -12,6 +13,7 @@ pub use exporter::{
 };
 pub use pipeline::{BatchConfig, PipelineConfig, QueueConfig};
 pub use receiver::{AuthConfig, GrpcServerConfig, HttpServerConfig, ReceiverConfig, TlsConfig};
+pub use throttle::{RetryAfterConfig, Rule, RuleConfig, RulesConfig, SignalConfig, SlotConfig, ThresholdsConfig, ThrottleConfig};
 
 use figment::providers::{Env, Format, Serialized, Yaml};
 use figment::Figment;

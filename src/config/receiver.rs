@@ -18,6 +18,8 @@ pub struct ReceiverConfig {
     pub grpc_server: GrpcServerConfig,
     /// Bearer / X-BK-TOKEN authentication.
     pub auth: AuthConfig,
+    /// The adaptive throttle (acts where `throttle` is in a middleware list).
+    pub throttle: super::ThrottleConfig,
 }
 
 /// OTLP/HTTP server.
@@ -41,7 +43,7 @@ impl Default for HttpServerConfig {
         HttpServerConfig {
             enabled: true,
             endpoint: "0.0.0.0:4318".into(),
-            middlewares: vec!["logging".into(), "content_decompressor".into()],
+            middlewares: vec!["logging".into(), "content_decompressor".into(), "throttle".into()],
             max_request_body_bytes: DEFAULT_MAX_BODY_BYTES,
             tls: None,
         }
@@ -69,7 +71,7 @@ impl Default for GrpcServerConfig {
         GrpcServerConfig {
             enabled: true,
             endpoint: "0.0.0.0:4317".into(),
-            middlewares: vec!["logging".into(), "content_decompressor".into()],
+            middlewares: vec!["logging".into(), "content_decompressor".into(), "throttle".into()],
             max_recv_msg_size_bytes: DEFAULT_MAX_BODY_BYTES,
             tls: None,
         }
@@ -135,6 +137,7 @@ impl ReceiverConfig {
                 }
             }
         }
+        self.throttle.validate("receiver.throttle")?;
         for (i, t) in self.auth.tokens.iter().enumerate() {
             if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
                 return Err(ConfigError::invalid(format!("receiver.auth.tokens[{i}]"), "must be non-empty, without whitespace"));

@@ -23,6 +23,10 @@ use axum::body::Body;
 use axum::http::{header, Request, Response};
 use axum::middleware::from_fn_with_state;
 use axum::Router;
+use crate::throttle::classify::RouteRegistry;
+use crate::throttle::layer::ThrottleLayer;
+use crate::throttle::manager::ThrottleManager;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Which server a list belongs to.
@@ -82,6 +86,9 @@ pub enum MiddlewareSpec {
         /// The limit in bytes.
         max_request_bytes: usize,
     },
+    /// The adaptive throttle (settings in `receiver.throttle`). List it after
+    /// `content_decompressor` so it runs before: refusals cost no body read.
+    Throttle,
 }
 
 impl MiddlewareSpec {
@@ -143,8 +150,12 @@ impl MiddlewareSpec {
                     _ => Err("maxbytes needs maxRequestBytes=<positive integer>".into()),
                 }
             }
+            "throttle" => {
+                unknown_opt(&[])?;
+                Ok(MiddlewareSpec::Throttle)
+            }
             "" => Err("empty middleware name".into()),
-            other => Err(format!("unknown middleware `{other}` (known: logging, cors, content_decompressor, maxconns, maxbytes)")),
+            other => Err(format!("unknown middleware `{other}` (known: logging, cors, content_decompressor, maxconns, maxbytes, throttle)")),
         }
     }
 }
@@ -161,11 +172,15 @@ pub struct ListenerSettings {
     pub max_conns: Option<ConnLimit>,
 }
 
-/// What the HTTP middlewares need to know.
-#[derive(Debug, Clone)]
+/// What the middlewares need to know.
+#[derive(Clone)]
 pub struct HttpContext {
     /// Limit on the body after decompression.
     pub max_request_body_bytes: usize,
+    /// The throttle's decision maker.
+    pub throttle: Arc<ThrottleManager>,
+    /// Route → record type, filled by the receivers.
+    pub routes: Arc<RouteRegistry>,
 }
 
 /// Applies the list to an HTTP router; returns it and the listener settings.
@@ -190,6 +205,7 @@ pub fn apply_http(
                 listener.max_conns = Some(*limit);
                 router
             }
+            MiddlewareSpec::Throttle => router.layer(ThrottleLayer::new(Arc::clone(&ctx.throttle), Arc::clone(&ctx.routes), ServerKind::Http)),
         };
     }
     if let Some(auth) = auth {
@@ -221,7 +237,7 @@ pub fn grpc_settings(specs: &[MiddlewareSpec], max_recv_msg_size_bytes: usize) -
 }
 
 /// Applies the list to the gRPC router (tonic's routes as axum).
-pub fn apply_grpc(mut router: Router, specs: &[MiddlewareSpec], auth: Option<AuthLayerState>) -> (Router, ListenerSettings) {
+pub fn apply_grpc(mut router: Router, specs: &[MiddlewareSpec], ctx: &HttpContext, auth: Option<AuthLayerState>) -> (Router, ListenerSettings) {
     let mut listener = ListenerSettings::default();
     // Innermost, always: tonic reports an oversized frame as OUT_OF_RANGE; OTLP clients
     // and the specification expect RESOURCE_EXHAUSTED.
@@ -233,6 +249,7 @@ pub fn apply_grpc(mut router: Router, specs: &[MiddlewareSpec], auth: Option<Aut
                 listener.max_conns = Some(*limit);
                 router
             }
+            MiddlewareSpec::Throttle => router.layer(ThrottleLayer::new(Arc::clone(&ctx.throttle), Arc::clone(&ctx.routes), ServerKind::Grpc)),
             // Applied by tonic per service (see grpc_settings); cors is refused at parse.
             MiddlewareSpec::ContentDecompressor | MiddlewareSpec::MaxBytes { .. } | MiddlewareSpec::Cors { .. } => router,
         };
@@ -241,6 +258,11 @@ pub fn apply_grpc(mut router: Router, specs: &[MiddlewareSpec], auth: Option<Aut
         router = router.layer(from_fn_with_state((ServerKind::Grpc, auth), auth::auth));
     }
     (router, listener)
+}
+
+/// Answers a request refused before any timing started (the throttle).
+pub(crate) fn reject_counted(kind: ServerKind, req: &Request<Body>, err: ApiError) -> Response<Body> {
+    reject(kind, req, err, std::time::Instant::now())
 }
 
 /// Answers a request from a middleware, counting it as rejected.

@@ -1,0 +1,252 @@
+//! `receiver.throttle`: the adaptive throttle (seed 002, 0x05h), with its defaults.
+
+use super::ConfigError;
+use crate::signal::Signal;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The throttle block.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ThrottleConfig {
+    /// Master switch. `false` keeps the middleware in the lists but admits everything and
+    /// starts no sampler.
+    pub enabled: bool,
+    /// How often the cgroup is sampled and the state machines step.
+    #[serde(with = "humantime_serde")]
+    pub sample_interval: Duration,
+    /// Signal processing.
+    pub signal: SignalConfig,
+    /// Threshold slots, shared by every record type.
+    pub thresholds: ThresholdsConfig,
+    /// Drop strength per record type.
+    pub rules: RulesConfig,
+    /// How the Retry-After / RetryInfo delay is chosen.
+    pub retry_after: RetryAfterConfig,
+    /// Filesystem root under which `proc/self/*` and `sys/fs/cgroup` are read (`/`).
+    pub cgroup_root: PathBuf,
+}
+
+/// `throttle.signal`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SignalConfig {
+    /// History weight of the slow CPU EWMA (drives Shedding).
+    pub cpu_slow_beta: f64,
+    /// History weight of the fast CPU EWMA (drives Open).
+    pub cpu_fast_beta: f64,
+    /// Cores to assume when no CPU quota is set; 0 = the CPUs this process may run on.
+    pub fallback_cores: f64,
+}
+
+/// `throttle.thresholds`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ThresholdsConfig {
+    /// CPU: slow = slow EWMA, fast = fast EWMA.
+    pub cpu: SlotConfig,
+    /// Memory: slow = fast = the raw working-set ratio.
+    pub mem: SlotConfig,
+}
+
+/// One threshold slot.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SlotConfig {
+    /// A disabled slot takes no part in entering, exiting, opening or the drop probability.
+    pub enabled: bool,
+    /// slow above this `breach_n` times in a row: Normal → Shedding.
+    pub enter: f64,
+    /// slow below this `breach_n` times in a row (every slot): Shedding → Normal.
+    pub exit: f64,
+    /// fast at or above this `breach_n` times in a row: → Open.
+    pub hard: f64,
+    /// Consecutive frames required for every transition of this slot.
+    pub breach_n: u32,
+}
+
+/// `throttle.rules`: `default` plus overrides per record type.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RulesConfig {
+    /// Applies to every type, field by field, unless the type overrides it.
+    pub default: RuleConfig,
+    /// Traces.
+    pub traces: Option<RuleConfig>,
+    /// Metrics.
+    pub metrics: Option<RuleConfig>,
+    /// Logs.
+    pub logs: Option<RuleConfig>,
+    /// Profiles.
+    pub profiles: Option<RuleConfig>,
+}
+
+/// One rule; unset fields come from `default`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    /// `false`: never throttled, not even when Open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Drop probability when t = 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop_min: Option<f64>,
+    /// Drop probability when t = 1; 0 = never shed (still refused when Open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop_max: Option<f64>,
+}
+
+/// A resolved rule.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Rule {
+    /// Throttled at all.
+    pub enabled: bool,
+    /// Lower drop probability.
+    pub drop_min: f64,
+    /// Upper drop probability.
+    pub drop_max: f64,
+}
+
+/// `throttle.retry_after`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryAfterConfig {
+    /// `derived`: from the state, how long the signals need to fall back, with jitter;
+    /// `random`: uniform in [min, max] (the seed's original 0–30 s).
+    pub mode: String,
+    /// Lower bound.
+    #[serde(with = "humantime_serde")]
+    pub min: Duration,
+    /// Upper bound.
+    #[serde(with = "humantime_serde")]
+    pub max: Duration,
+}
+
+impl Default for ThrottleConfig {
+    fn default() -> Self {
+        ThrottleConfig {
+            enabled: true,
+            sample_interval: Duration::from_millis(250),
+            signal: SignalConfig::default(),
+            thresholds: ThresholdsConfig::default(),
+            rules: RulesConfig::default(),
+            retry_after: RetryAfterConfig::default(),
+            cgroup_root: PathBuf::from("/"),
+        }
+    }
+}
+
+impl Default for SignalConfig {
+    fn default() -> Self {
+        SignalConfig { cpu_slow_beta: 0.95, cpu_fast_beta: 0.7, fallback_cores: 0.0 }
+    }
+}
+
+impl Default for ThresholdsConfig {
+    fn default() -> Self {
+        ThresholdsConfig {
+            cpu: SlotConfig { enabled: true, enter: 0.80, exit: 0.70, hard: 0.90, breach_n: 3 },
+            mem: SlotConfig { enabled: true, enter: 0.85, exit: 0.78, hard: 0.92, breach_n: 1 },
+        }
+    }
+}
+
+impl Default for RulesConfig {
+    fn default() -> Self {
+        RulesConfig {
+            default: RuleConfig { enabled: Some(true), drop_min: Some(0.0), drop_max: Some(1.0) },
+            traces: None,
+            metrics: None,
+            logs: None,
+            profiles: None,
+        }
+    }
+}
+
+impl Default for RetryAfterConfig {
+    fn default() -> Self {
+        RetryAfterConfig { mode: "derived".into(), min: Duration::from_secs(1), max: Duration::from_secs(30) }
+    }
+}
+
+impl RulesConfig {
+    /// The effective rule for `signal`.
+    pub fn resolve(&self, signal: Signal) -> Rule {
+        let own = match signal {
+            Signal::Traces => self.traces,
+            Signal::Metrics => self.metrics,
+            Signal::Logs => self.logs,
+            Signal::Profiles => self.profiles,
+        }
+        .unwrap_or_default();
+        Rule {
+            enabled: own.enabled.or(self.default.enabled).unwrap_or(true),
+            drop_min: own.drop_min.or(self.default.drop_min).unwrap_or(0.0),
+            drop_max: own.drop_max.or(self.default.drop_max).unwrap_or(1.0),
+        }
+    }
+}
+
+impl ThrottleConfig {
+    /// Checks every rule of the block.
+    pub fn validate(&self, prefix: &str) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("{prefix}.{k}");
+        if self.sample_interval < Duration::from_millis(10) {
+            return Err(ConfigError::invalid(key("sample_interval"), "must be at least 10ms"));
+        }
+        for (name, beta) in [("cpu_slow_beta", self.signal.cpu_slow_beta), ("cpu_fast_beta", self.signal.cpu_fast_beta)] {
+            if !(0.0..1.0).contains(&beta) {
+                return Err(ConfigError::invalid(key(&format!("signal.{name}")), format!("{beta} must be in [0, 1)")));
+            }
+        }
+        if !(self.signal.fallback_cores >= 0.0 && self.signal.fallback_cores.is_finite()) {
+            return Err(ConfigError::invalid(key("signal.fallback_cores"), "must be >= 0 (0 = the CPUs weir may run on)"));
+        }
+        for (name, s) in [("cpu", &self.thresholds.cpu), ("mem", &self.thresholds.mem)] {
+            let k = key(&format!("thresholds.{name}"));
+            if s.breach_n < 1 {
+                return Err(ConfigError::invalid(format!("{k}.breach_n"), "must be >= 1"));
+            }
+            if !(s.exit < s.enter && s.enter < s.hard) || !(s.exit >= 0.0) || !s.hard.is_finite() {
+                return Err(ConfigError::invalid(
+                    k,
+                    format!("need 0 <= exit < enter < hard, got exit={} enter={} hard={}", s.exit, s.enter, s.hard),
+                ));
+            }
+        }
+        for (name, r) in [
+            ("default", Some(self.rules.default)),
+            ("traces", self.rules.traces),
+            ("metrics", self.rules.metrics),
+            ("logs", self.rules.logs),
+            ("profiles", self.rules.profiles),
+        ] {
+            let Some(r) = r else { continue };
+            for (f, v) in [("drop_min", r.drop_min), ("drop_max", r.drop_max)] {
+                if let Some(v) = v {
+                    if !(0.0..=1.0).contains(&v) {
+                        return Err(ConfigError::invalid(key(&format!("rules.{name}.{f}")), format!("{v} must be in [0, 1]")));
+                    }
+                }
+            }
+        }
+        for signal in Signal::ALL {
+            let r = self.rules.resolve(signal);
+            if r.drop_min > r.drop_max {
+                return Err(ConfigError::invalid(
+                    key(&format!("rules.{}", signal.as_str())),
+                    format!("drop_min {} > drop_max {}", r.drop_min, r.drop_max),
+                ));
+            }
+        }
+        match self.retry_after.mode.as_str() {
+            "derived" | "random" => {}
+            other => return Err(ConfigError::invalid(key("retry_after.mode"), format!("`{other}`: must be `derived` or `random`"))),
+        }
+        if self.retry_after.min > self.retry_after.max || self.retry_after.max > Duration::from_secs(3600) {
+            return Err(ConfigError::invalid(key("retry_after"), "need min <= max <= 1h"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,380 @@
+//! Reads the container's CPU and memory capacity and usage from cgroup v1, v2 or a
+//! hybrid of both.
+//!
+//! Discovery: the cgroup mounts come from `<root>/proc/self/mountinfo` (falling back to
+//! the usual `/sys/fs/cgroup` layout), our own cgroup paths from `<root>/proc/self/cgroup`.
+//! For each controller the reader keeps the chain of directories from our own cgroup up
+//! to the controller's mount root. Limits are the smallest along the chain, because the
+//! kernel enforces the strictest ancestor: a leaf that says `max` under a limited pod is
+//! read right. With a private cgroup namespace the chain is just the mount root, which
+//! *is* the container's cgroup. Usage is read where the binding limit sits (that is where
+//! the kernel throttles or OOM-kills), or at our own cgroup when nothing is limited.
+//!
+//! `root` is the filesystem root (`/` in production), so tests run on fixture trees.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// v1 memory limits at or above this are the kernel's "unlimited" sentinel
+/// (PAGE_COUNTER_MAX pages, 9223372036854771712 on 4 KiB pages).
+const V1_UNLIMITED: u64 = 1 << 62;
+
+/// Which hierarchy a controller lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Version {
+    /// cgroup v1 (one hierarchy per controller or controller group).
+    V1,
+    /// cgroup v2 (unified).
+    V2,
+}
+
+/// The machine's layout as seen from here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// Only v1 controllers.
+    V1,
+    /// Only the unified hierarchy.
+    V2,
+    /// v1 controllers with a v2 hierarchy mounted beside them.
+    Hybrid,
+    /// No cgroup filesystem found: CPU falls back to `fallback_cores`, memory is invalid.
+    None,
+}
+
+/// One level of a controller's chain.
+#[derive(Debug, Clone)]
+struct Level {
+    /// Path relative to the mount root ("" for the root itself).
+    rel: String,
+    dir: PathBuf,
+}
+
+/// A controller: its version and directories from our cgroup (first) to the mount root.
+#[derive(Debug, Clone)]
+struct Controller {
+    version: Version,
+    chain: Vec<Level>,
+}
+
+/// CPU capacity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CpuCapacity {
+    /// min(cpuset cores, quota/period), fractional; or the fallback when no quota is set.
+    pub cores: f64,
+    /// Whether a CFS quota bounds it.
+    pub quota_set: bool,
+}
+
+/// Memory figures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemoryReading {
+    /// max(0, usage − inactive_file).
+    pub working_set: u64,
+    /// The smallest limit along the chain; `None` when unlimited.
+    pub limit: Option<u64>,
+}
+
+/// The cgroup reader.
+#[derive(Debug, Clone)]
+pub struct CgroupReader {
+    layout: Layout,
+    cpu: Option<Controller>,
+    cpuacct: Option<Controller>,
+    cpuset: Option<Controller>,
+    memory: Option<Controller>,
+    /// CPUs this process may run on (affinity), when known (production root only).
+    affinity_cpus: Option<usize>,
+    fallback_cores: f64,
+}
+
+#[derive(Debug)]
+struct Mount {
+    root: String,
+    point: PathBuf,
+    v2: bool,
+    controllers: Vec<String>,
+}
+
+fn read_trim(path: &Path) -> Option<String> {
+    fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+}
+
+/// Parses a cpuset list such as `0-3,8,10-11` into a CPU count.
+pub fn parse_cpuset(list: &str) -> Option<usize> {
+    let mut n = 0usize;
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (a.trim().parse::<usize>().ok()?, b.trim().parse::<usize>().ok()?);
+                if b < a {
+                    return None;
+                }
+                n += b - a + 1;
+            }
+            None => {
+                part.trim().parse::<usize>().ok()?;
+                n += 1;
+            }
+        }
+    }
+    (n > 0).then_some(n)
+}
+
+fn parse_mountinfo(text: &str, root: &Path) -> Vec<Mount> {
+    let mut mounts = Vec::new();
+    for line in text.lines() {
+        let Some((pre, post)) = line.split_once(" - ") else { continue };
+        let pre: Vec<&str> = pre.split_whitespace().collect();
+        let post: Vec<&str> = post.split_whitespace().collect();
+        if pre.len() < 5 || post.len() < 3 {
+            continue;
+        }
+        let fstype = post[0];
+        if fstype != "cgroup" && fstype != "cgroup2" {
+            continue;
+        }
+        let point = root.join(pre[4].trim_start_matches('/'));
+        let controllers = if fstype == "cgroup" {
+            post[2].split(',').filter(|o| matches!(*o, "cpu" | "cpuacct" | "cpuset" | "memory")).map(str::to_string).collect()
+        } else {
+            Vec::new()
+        };
+        mounts.push(Mount { root: pre[3].to_string(), point, v2: fstype == "cgroup2", controllers });
+    }
+    mounts
+}
+
+/// Guesses mounts from the directory layout when mountinfo is unavailable.
+fn guess_mounts(root: &Path) -> Vec<Mount> {
+    let base = root.join("sys/fs/cgroup");
+    if base.join("cgroup.controllers").exists() {
+        return vec![Mount { root: "/".into(), point: base, v2: true, controllers: vec![] }];
+    }
+    let mut mounts = Vec::new();
+    for (dir, ctrls) in [
+        ("cpu,cpuacct", &["cpu", "cpuacct"][..]),
+        ("cpu", &["cpu"][..]),
+        ("cpuacct", &["cpuacct"][..]),
+        ("cpuset", &["cpuset"][..]),
+        ("memory", &["memory"][..]),
+    ] {
+        let point = base.join(dir);
+        if point.is_dir() && !mounts.iter().any(|m: &Mount| ctrls.iter().any(|c| m.controllers.iter().any(|x| x == c))) {
+            mounts.push(Mount { root: "/".into(), point, v2: false, controllers: ctrls.iter().map(|s| s.to_string()).collect() });
+        }
+    }
+    if base.join("unified/cgroup.controllers").exists() {
+        mounts.push(Mount { root: "/".into(), point: base.join("unified"), v2: true, controllers: vec![] });
+    }
+    mounts
+}
+
+/// `/proc/self/cgroup`: (controllers, path) per line; v2 has empty controllers.
+fn parse_proc_cgroup(text: &str) -> Vec<(Vec<String>, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(3, ':');
+            let _id = it.next()?;
+            let ctrls = it.next()?;
+            let path = it.next()?;
+            Some((ctrls.split(',').filter(|c| !c.is_empty()).map(str::to_string).collect(), path.to_string()))
+        })
+        .collect()
+}
+
+fn build_chain(mount: &Mount, own_path: Option<&str>) -> Vec<Level> {
+    // Our path relative to this mount's root; if it is not under it (or unknown), the
+    // mount root is all we can see.
+    let rel = own_path
+        .and_then(|p| {
+            let r = mount.root.trim_end_matches('/');
+            if r.is_empty() {
+                Some(p.trim_start_matches('/').to_string())
+            } else {
+                p.strip_prefix(r).map(|s| s.trim_start_matches('/').to_string())
+            }
+        })
+        .unwrap_or_default();
+    let mut rel = if mount.point.join(&rel).is_dir() { rel } else { String::new() };
+    let mut chain = Vec::new();
+    loop {
+        chain.push(Level { dir: mount.point.join(&rel), rel: rel.clone() });
+        if rel.is_empty() {
+            break;
+        }
+        rel = match rel.rfind('/') {
+            Some(i) => rel[..i].to_string(),
+            None => String::new(),
+        };
+    }
+    chain
+}
+
+impl CgroupReader {
+    /// Discovers the cgroups of this process under `root`. `fallback_cores` is used when
+    /// no CPU quota is set; 0 means "the CPUs this process may run on".
+    pub fn discover(root: &Path, fallback_cores: f64) -> CgroupReader {
+        let mut mounts = fs::read_to_string(root.join("proc/self/mountinfo")).map(|t| parse_mountinfo(&t, root)).unwrap_or_default();
+        if mounts.is_empty() {
+            mounts = guess_mounts(root);
+        }
+        let own = fs::read_to_string(root.join("proc/self/cgroup")).map(|t| parse_proc_cgroup(&t)).unwrap_or_default();
+        let v2_path = own.iter().find(|(c, _)| c.is_empty()).map(|(_, p)| p.as_str());
+        let v2_mount = mounts.iter().find(|m| m.v2);
+        let find = |name: &str| -> Option<Controller> {
+            if let Some(m) = mounts.iter().find(|m| !m.v2 && m.controllers.iter().any(|c| c == name)) {
+                let own_path = own.iter().find(|(c, _)| c.iter().any(|x| x == name)).map(|(_, p)| p.as_str());
+                return Some(Controller { version: Version::V1, chain: build_chain(m, own_path) });
+            }
+            // Otherwise the unified hierarchy; a controller that is not enabled there
+            // simply has no files, and its reading is then unavailable.
+            v2_mount.map(|m| Controller { version: Version::V2, chain: build_chain(m, v2_path) })
+        };
+        let cpu = find("cpu");
+        let cpuacct = find("cpuacct");
+        let cpuset = find("cpuset");
+        let memory = find("memory");
+        let has_v1 = mounts.iter().any(|m| !m.v2);
+        let layout = match (has_v1, v2_mount.is_some()) {
+            (true, true) => Layout::Hybrid,
+            (true, false) => Layout::V1,
+            (false, true) => Layout::V2,
+            (false, false) => Layout::None,
+        };
+        let affinity_cpus = (root == Path::new("/")).then(|| std::thread::available_parallelism().map(|n| n.get()).ok()).flatten();
+        CgroupReader { layout, cpu, cpuacct, cpuset, memory, affinity_cpus, fallback_cores }
+    }
+
+    /// The detected layout.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// Every directory the reader consults, for `/debug/throttle`.
+    pub fn paths(&self) -> Vec<(String, Version, String)> {
+        let mut out = Vec::new();
+        for (name, c) in [("cpu", &self.cpu), ("cpuacct", &self.cpuacct), ("cpuset", &self.cpuset), ("memory", &self.memory)] {
+            if let Some(c) = c {
+                for l in &c.chain {
+                    out.push((name.to_string(), c.version, l.dir.display().to_string()));
+                }
+            }
+        }
+        out
+    }
+
+    /// CPUs in our cpuset, nearest level that says, intersected with our affinity.
+    fn cpuset_cores(&self) -> Option<usize> {
+        let from_cgroup = self.cpuset.as_ref().and_then(|c| {
+            c.chain.iter().find_map(|l| {
+                let files: &[&str] = match c.version {
+                    Version::V1 => &["cpuset.effective_cpus", "cpuset.cpus"],
+                    Version::V2 => &["cpuset.cpus.effective", "cpuset.cpus"],
+                };
+                files.iter().find_map(|f| read_trim(&l.dir.join(f)).and_then(|s| parse_cpuset(&s)))
+            })
+        });
+        match (from_cgroup, self.affinity_cpus) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The binding quota in cores and the level relative path where it sits.
+    fn quota(&self) -> Option<(f64, String)> {
+        let c = self.cpu.as_ref()?;
+        let mut best: Option<(f64, String)> = None;
+        for l in &c.chain {
+            let q = match c.version {
+                Version::V1 => {
+                    let quota = read_trim(&l.dir.join("cpu.cfs_quota_us")).and_then(|s| s.parse::<i64>().ok());
+                    let period = read_trim(&l.dir.join("cpu.cfs_period_us")).and_then(|s| s.parse::<i64>().ok());
+                    match (quota, period) {
+                        (Some(q), Some(p)) if q > 0 && p > 0 => Some(q as f64 / p as f64),
+                        _ => None,
+                    }
+                }
+                Version::V2 => read_trim(&l.dir.join("cpu.max")).and_then(|s| {
+                    let mut it = s.split_whitespace();
+                    let q = it.next()?.parse::<f64>().ok()?;
+                    let p = it.next().map_or(Some(100_000.0), |p| p.parse::<f64>().ok())?;
+                    (q > 0.0 && p > 0.0).then_some(q / p)
+                }),
+            };
+            if let Some(q) = q {
+                if best.as_ref().is_none_or(|(b, _)| q < *b) {
+                    best = Some((q, l.rel.clone()));
+                }
+            }
+        }
+        best
+    }
+
+    /// Effective cores: min(cpuset cores, quota/period), kept fractional. Without a quota,
+    /// `fallback_cores`, or (when that is 0) the CPUs this process may run on.
+    pub fn cpu_capacity(&self) -> CpuCapacity {
+        let cpuset = self.cpuset_cores();
+        match self.quota() {
+            Some((q, _)) => CpuCapacity { cores: cpuset.map_or(q, |n| q.min(n as f64)), quota_set: true },
+            None => {
+                let cores = if self.fallback_cores > 0.0 { self.fallback_cores } else { cpuset.unwrap_or(1) as f64 };
+                CpuCapacity { cores, quota_set: false }
+            }
+        }
+    }
+
+    /// Cumulative CPU time in nanoseconds, where the binding quota sits (else our cgroup).
+    pub fn cpu_usage_nanos(&self) -> Option<u64> {
+        let c = self.cpuacct.as_ref()?;
+        let binding = self.quota().map(|(_, rel)| rel);
+        let level = binding.and_then(|rel| c.chain.iter().find(|l| l.rel == rel)).or_else(|| c.chain.first())?;
+        match c.version {
+            Version::V1 => read_trim(&level.dir.join("cpuacct.usage")).and_then(|s| s.parse().ok()),
+            Version::V2 => stat_field(&level.dir.join("cpu.stat"), "usage_usec").map(|us| us.saturating_mul(1000)),
+        }
+    }
+
+    /// Working set and limit, read where the smallest limit sits.
+    pub fn memory(&self) -> Option<MemoryReading> {
+        let c = self.memory.as_ref()?;
+        let mut best: Option<(u64, &Level)> = None;
+        for l in &c.chain {
+            let limit = match c.version {
+                Version::V1 => read_trim(&l.dir.join("memory.limit_in_bytes")).and_then(|s| s.parse::<u64>().ok()).filter(|v| *v < V1_UNLIMITED),
+                Version::V2 => read_trim(&l.dir.join("memory.max")).and_then(|s| s.parse::<u64>().ok()),
+            };
+            if let Some(v) = limit.filter(|v| *v > 0) {
+                if best.is_none_or(|(b, _)| v < b) {
+                    best = Some((v, l));
+                }
+            }
+        }
+        let level = best.map(|(_, l)| l).or_else(|| c.chain.first())?;
+        let (usage, inactive) = match c.version {
+            Version::V1 => (
+                read_trim(&level.dir.join("memory.usage_in_bytes")).and_then(|s| s.parse::<u64>().ok())?,
+                stat_field(&level.dir.join("memory.stat"), "total_inactive_file")
+                    .or_else(|| stat_field(&level.dir.join("memory.stat"), "inactive_file"))
+                    .unwrap_or(0),
+            ),
+            Version::V2 => (
+                read_trim(&level.dir.join("memory.current")).and_then(|s| s.parse::<u64>().ok())?,
+                stat_field(&level.dir.join("memory.stat"), "inactive_file").unwrap_or(0),
+            ),
+        };
+        Some(MemoryReading { working_set: usage.saturating_sub(inactive), limit: best.map(|(v, _)| v) })
+    }
+}
+
+fn stat_field(path: &Path, key: &str) -> Option<u64> {
+    let text = fs::read_to_string(path).ok()?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+#[cfg(test)]
+mod tests;

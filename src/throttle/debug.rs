@@ -1,0 +1,49 @@
+//! `GET /debug/throttle` on the admin port: a JSON snapshot of levels, thresholds,
+//! states, effective cores, the memory limit and the cgroup paths that were read.
+
+use super::cgroup::CgroupReader;
+use super::manager::ThrottleManager;
+use crate::signal::Signal;
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+use std::sync::Arc;
+
+#[derive(Clone)]
+struct DebugState {
+    manager: Arc<ThrottleManager>,
+    reader: Option<Arc<CgroupReader>>,
+}
+
+/// The `/debug/throttle` route.
+pub fn router(manager: Arc<ThrottleManager>, reader: Option<CgroupReader>) -> Router {
+    Router::new().route("/debug/throttle", get(handler)).with_state(DebugState { manager, reader: reader.map(Arc::new) })
+}
+
+async fn handler(State(s): State<DebugState>) -> Json<serde_json::Value> {
+    let snap = s.manager.snapshot();
+    let c = s.manager.config();
+    let states: serde_json::Map<String, serde_json::Value> =
+        Signal::ALL.iter().map(|sig| (sig.as_str().to_string(), serde_json::json!(snap.states[sig.index()]))).collect();
+    let rules: serde_json::Map<String, serde_json::Value> =
+        Signal::ALL.iter().map(|sig| (sig.as_str().to_string(), serde_json::json!(s.manager.rule(*sig)))).collect();
+    let paths: Vec<serde_json::Value> = s
+        .reader
+        .as_ref()
+        .map(|r| r.paths().into_iter().map(|(c, v, p)| serde_json::json!({"controller": c, "version": v, "path": p})).collect())
+        .unwrap_or_default();
+    Json(serde_json::json!({
+        "enabled": s.manager.enabled(),
+        "layout": s.reader.as_ref().map(|r| r.layout()),
+        "levels": snap.level,
+        "effective_cores": snap.level.effective_cores,
+        "mem_limit_bytes": snap.level.mem_limit_bytes,
+        "intensity": snap.intensity,
+        "states": states,
+        "thresholds": {"cpu": c.thresholds.cpu, "mem": c.thresholds.mem},
+        "rules": rules,
+        "retry_delay_seconds": {"shed": snap.delays.shed.as_secs_f64(), "open": snap.delays.open.as_secs_f64()},
+        "sample_interval_seconds": c.sample_interval.as_secs_f64(),
+        "cgroup_paths": paths,
+    }))
+}

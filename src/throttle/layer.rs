@@ -1,0 +1,160 @@
+//! Tower glue shared by HTTP and gRPC: `ThrottleLayer` wraps a service in `Throttle<S>`,
+//! which classifies the request path, asks the manager, and either calls the inner
+//! service or answers at once, without touching the body (so nothing is read,
+//! decompressed or decoded for a refused request). HTTP answers 429 (shed) or 503 (open)
+//! with Retry-After; gRPC answers RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo`.
+
+use super::classify::RouteRegistry;
+use super::manager::{Decision, Reason, ThrottleManager};
+use super::metrics::REQUESTS;
+use crate::receiver::decode::Format;
+use crate::receiver::middleware::ServerKind;
+use crate::receiver::response::ApiError;
+use crate::signal::Signal;
+use axum::body::Body;
+use axum::http::{header, Request, Response};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower::{Layer, Service};
+
+const REASONS: [Reason; 6] = [Reason::Normal, Reason::SheddingPass, Reason::Disabled, Reason::Unclassified, Reason::Shed, Reason::Open];
+
+/// Counters registered once, so the hot path does no label lookups.
+#[derive(Debug, Clone)]
+struct Counters {
+    /// [signal index or 4 for unknown][reason index]
+    table: Arc<[[metrics::Counter; 6]; 5]>,
+}
+
+impl Counters {
+    fn new(protocol: &'static str) -> Self {
+        let record_types = ["traces", "metrics", "logs", "profiles", "unknown"];
+        let table = record_types.map(|rt| {
+            REASONS.map(|r| {
+                let decision = if matches!(r, Reason::Shed | Reason::Open) { "denied" } else { "allowed" };
+                metrics::counter!(REQUESTS, "protocol" => protocol, "record_type" => rt, "decision" => decision, "reason" => r.as_str())
+            })
+        });
+        Counters { table: Arc::new(table) }
+    }
+
+    fn count(&self, signal: Option<Signal>, reason: Reason) {
+        let i = signal.map_or(4, Signal::index);
+        let j = REASONS.iter().position(|r| *r == reason).unwrap_or(0);
+        self.table[i][j].increment(1);
+    }
+}
+
+/// Builds [`Throttle`] services.
+#[derive(Clone)]
+pub struct ThrottleLayer {
+    manager: Arc<ThrottleManager>,
+    routes: Arc<RouteRegistry>,
+    kind: ServerKind,
+    counters: Counters,
+}
+
+impl ThrottleLayer {
+    /// A layer for one server.
+    pub fn new(manager: Arc<ThrottleManager>, routes: Arc<RouteRegistry>, kind: ServerKind) -> Self {
+        let protocol = match kind {
+            ServerKind::Http => "http",
+            ServerKind::Grpc => "grpc",
+        };
+        ThrottleLayer { manager, routes, kind, counters: Counters::new(protocol) }
+    }
+}
+
+impl<S> Layer<S> for ThrottleLayer {
+    type Service = Throttle<S>;
+    fn layer(&self, inner: S) -> Throttle<S> {
+        Throttle { inner, layer: self.clone() }
+    }
+}
+
+/// The throttle middleware.
+#[derive(Clone)]
+pub struct Throttle<S> {
+    inner: S,
+    layer: ThrottleLayer,
+}
+
+impl<S> Service<Request<Body>> for Throttle<S>
+where
+    S: Service<Request<Body>, Response = Response<Body>>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let signal = self.layer.routes.classify(req.uri().path());
+        match self.layer.manager.decide(signal) {
+            Decision::Admit(reason) => {
+                self.layer.counters.count(signal, reason);
+                ResponseFuture::Inner { fut: self.inner.call(req) }
+            }
+            Decision::Reject { reason, retry_after } => {
+                self.layer.counters.count(signal, reason);
+                let open = reason == Reason::Open;
+                let what = if open { "overloaded: admission is closed" } else { "overloaded: request shed" };
+                let err = ApiError::Throttled {
+                    message: format!("{what} for {}; retry after {:.1}s", signal.map_or("request", Signal::as_str), retry_after.as_secs_f64()),
+                    retry_after,
+                    open,
+                };
+                let resp = crate::receiver::middleware::reject_counted(self.layer.kind, &req, err);
+                // The body is dropped unread.
+                drop(req);
+                ResponseFuture::Rejected { resp: Some(resp) }
+            }
+        }
+    }
+}
+
+/// `future::ResponseFuture`: kept in its own module because `pin_project!` cannot carry
+/// field docs.
+pub mod future {
+    #![allow(missing_docs)]
+    use axum::body::Body;
+    use axum::http::Response;
+    use pin_project_lite::pin_project;
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    pin_project! {
+        /// The inner service's future, or a ready refusal.
+        #[project = Proj]
+        pub enum ResponseFuture<F> {
+            /// Admitted.
+            Inner { #[pin] fut: F },
+            /// Refused.
+            Rejected { resp: Option<Response<Body>> },
+        }
+    }
+
+    impl<F, E> Future for ResponseFuture<F>
+    where
+        F: Future<Output = Result<Response<Body>, E>>,
+    {
+        type Output = Result<Response<Body>, E>;
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+            match self.project() {
+                Proj::Inner { fut } => fut.poll(cx),
+                Proj::Rejected { resp } => Poll::Ready(Ok(resp.take().unwrap_or_default())),
+            }
+        }
+    }
+}
+
+pub use future::ResponseFuture;
+
+/// The error body format for an HTTP request (used by the reject helper).
+pub fn error_format(req: &Request<Body>) -> Format {
+    Format::for_errors(req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()))
+}

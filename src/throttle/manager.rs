@@ -1,0 +1,220 @@
+//! The decision: pure, allocation-free, reading one published snapshot.
+
+use super::retry::{delay_for, Delays};
+use super::state::State;
+use super::WaterLevel;
+use crate::config::{Rule, ThrottleConfig};
+use crate::signal::Signal;
+use arc_swap::ArcSwap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the sampler publishes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// Water levels.
+    pub level: WaterLevel,
+    /// State per record type, indexed by [`Signal::index`].
+    pub states: [State; 4],
+    /// t: the max over active slots of slow's position between enter and hard.
+    pub intensity: f64,
+    /// Base retry delays.
+    pub delays: Delays,
+}
+
+impl Snapshot {
+    /// The idle snapshot before the first sample: everything Normal.
+    pub fn idle() -> Snapshot {
+        Snapshot { level: WaterLevel::default(), states: [State::Normal; 4], intensity: 0.0, delays: Delays::default() }
+    }
+}
+
+/// Why a request was admitted or refused (the `reason` metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// State Normal.
+    Normal,
+    /// Shedding, and the draw let it through.
+    SheddingPass,
+    /// The rule (or the whole throttle) is disabled.
+    Disabled,
+    /// Path not registered for any record type.
+    Unclassified,
+    /// Shed by probability.
+    Shed,
+    /// Breaker open.
+    Open,
+}
+
+impl Reason {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Normal => "normal",
+            Reason::SheddingPass => "shedding_pass",
+            Reason::Disabled => "disabled",
+            Reason::Unclassified => "unclassified",
+            Reason::Shed => "shed",
+            Reason::Open => "open",
+        }
+    }
+}
+
+/// The outcome for one request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Decision {
+    /// Let it through.
+    Admit(Reason),
+    /// Refuse it; come back after `retry_after`.
+    Reject {
+        /// Shed or Open.
+        reason: Reason,
+        /// Announced delay.
+        retry_after: Duration,
+    },
+}
+
+/// Decides for one request. Pure: the snapshot, the rule and the random draw `u`
+/// (uniform in [0, 1)) are all inputs.
+pub fn decide(config: &ThrottleConfig, rule: &Rule, snap: &Snapshot, signal: Signal, u: f64) -> Decision {
+    if !rule.enabled {
+        return Decision::Admit(Reason::Disabled);
+    }
+    match snap.states[signal.index()] {
+        State::Normal => Decision::Admit(Reason::Normal),
+        State::Open => Decision::Reject { reason: Reason::Open, retry_after: delay_for(config, snap.delays.open, u) },
+        State::Shedding => {
+            let p = rule.drop_min + (rule.drop_max - rule.drop_min) * snap.intensity;
+            if u < p {
+                // Reuse the draw for jitter, rescaled to [0, 1).
+                let j = if p > 0.0 { u / p } else { 0.0 };
+                Decision::Reject { reason: Reason::Shed, retry_after: delay_for(config, snap.delays.shed, j) }
+            } else {
+                Decision::Admit(Reason::SheddingPass)
+            }
+        }
+    }
+}
+
+/// Holds the rules and the latest snapshot; shared by every adapter.
+#[derive(Debug)]
+pub struct ThrottleManager {
+    enabled: bool,
+    config: ThrottleConfig,
+    rules: [Rule; 4],
+    snapshot: ArcSwap<Snapshot>,
+}
+
+impl ThrottleManager {
+    /// A manager; `config.enabled == false` gives one that always admits.
+    pub fn new(config: &ThrottleConfig) -> Self {
+        ThrottleManager {
+            enabled: config.enabled,
+            config: config.clone(),
+            rules: Signal::ALL.map(|s| config.rules.resolve(s)),
+            snapshot: ArcSwap::from_pointee(Snapshot::idle()),
+        }
+    }
+
+    /// Whether the throttle is on.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &ThrottleConfig {
+        &self.config
+    }
+
+    /// The rule of a record type.
+    pub fn rule(&self, signal: Signal) -> &Rule {
+        &self.rules[signal.index()]
+    }
+
+    /// Replaces the snapshot (sampler only).
+    pub fn publish(&self, snapshot: Snapshot) {
+        self.snapshot.store(Arc::new(snapshot));
+    }
+
+    /// The latest snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    /// Decides for a request of `signal` (None: unclassified path).
+    pub fn decide(&self, signal: Option<Signal>) -> Decision {
+        let Some(signal) = signal else { return Decision::Admit(Reason::Unclassified) };
+        if !self.enabled {
+            return Decision::Admit(Reason::Disabled);
+        }
+        let snap = self.snapshot.load();
+        // Fast path: Normal needs no random draw.
+        if snap.states[signal.index()] == State::Normal && self.rules[signal.index()].enabled {
+            return Decision::Admit(Reason::Normal);
+        }
+        decide(&self.config, &self.rules[signal.index()], &snap, signal, super::uniform())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(state: State, t: f64) -> Snapshot {
+        Snapshot { states: [state; 4], intensity: t, delays: Delays { shed: Duration::from_secs(2), open: Duration::from_secs(4) }, ..Snapshot::idle() }
+    }
+    fn rule(min: f64, max: f64) -> Rule {
+        Rule { enabled: true, drop_min: min, drop_max: max }
+    }
+
+    #[test]
+    fn normal_admits_open_rejects() {
+        let c = ThrottleConfig::default();
+        assert_eq!(decide(&c, &rule(0.0, 1.0), &snap(State::Normal, 1.0), Signal::Traces, 0.0), Decision::Admit(Reason::Normal));
+        let d = decide(&c, &rule(0.0, 1.0), &snap(State::Open, 0.0), Signal::Traces, 0.99);
+        assert!(matches!(d, Decision::Reject { reason: Reason::Open, retry_after } if retry_after >= Duration::from_secs(4)));
+    }
+
+    #[test]
+    fn shedding_probability_is_linear_in_t() {
+        let c = ThrottleConfig::default();
+        let r = rule(0.1, 0.5);
+        // t = 0.5: p = 0.1 + 0.4 * 0.5 = 0.3
+        let s = snap(State::Shedding, 0.5);
+        assert!(matches!(decide(&c, &r, &s, Signal::Logs, 0.29), Decision::Reject { reason: Reason::Shed, .. }));
+        assert_eq!(decide(&c, &r, &s, Signal::Logs, 0.31), Decision::Admit(Reason::SheddingPass));
+        // Over many draws the rejected share matches p.
+        let n = 10_000;
+        let rejected = (0..n).filter(|i| matches!(decide(&c, &r, &s, Signal::Logs, *i as f64 / n as f64), Decision::Reject { .. })).count();
+        assert!((2999..=3001).contains(&rejected), "{rejected}");
+        // t = 0 gives drop_min; t = 1 gives drop_max.
+        assert!(matches!(decide(&c, &r, &snap(State::Shedding, 0.0), Signal::Logs, 0.099), Decision::Reject { .. }));
+        assert_eq!(decide(&c, &r, &snap(State::Shedding, 0.0), Signal::Logs, 0.1), Decision::Admit(Reason::SheddingPass));
+        assert!(matches!(decide(&c, &r, &snap(State::Shedding, 1.0), Signal::Logs, 0.499), Decision::Reject { .. }));
+    }
+
+    #[test]
+    fn disabled_rule_admits_even_when_open_and_drop_max_zero_never_sheds_but_opens() {
+        let c = ThrottleConfig::default();
+        let off = Rule { enabled: false, drop_min: 0.0, drop_max: 1.0 };
+        assert_eq!(decide(&c, &off, &snap(State::Open, 1.0), Signal::Metrics, 0.0), Decision::Admit(Reason::Disabled));
+        let never = rule(0.0, 0.0);
+        for u in [0.0, 0.5, 0.999] {
+            assert_eq!(decide(&c, &never, &snap(State::Shedding, 1.0), Signal::Metrics, u), Decision::Admit(Reason::SheddingPass));
+        }
+        assert!(matches!(decide(&c, &never, &snap(State::Open, 1.0), Signal::Metrics, 0.5), Decision::Reject { reason: Reason::Open, .. }));
+    }
+
+    #[test]
+    fn manager_disabled_admits_and_unclassified_admits() {
+        let mut c = ThrottleConfig::default();
+        c.enabled = false;
+        let m = ThrottleManager::new(&c);
+        m.publish(snap(State::Open, 1.0));
+        assert_eq!(m.decide(Some(Signal::Traces)), Decision::Admit(Reason::Disabled));
+        let m = ThrottleManager::new(&ThrottleConfig::default());
+        m.publish(snap(State::Open, 1.0));
+        assert_eq!(m.decide(None), Decision::Admit(Reason::Unclassified));
+        assert!(matches!(m.decide(Some(Signal::Traces)), Decision::Reject { reason: Reason::Open, .. }));
+    }
+}

@@ -1,0 +1,53 @@
+//! Throttle metrics (seed 002, 0x05i), named `weir_throttle_*`.
+
+use super::manager::Snapshot;
+use crate::config::ThrottleConfig;
+use crate::signal::Signal;
+use std::time::Duration;
+
+/// Water levels and threshold lines, by `kind`.
+pub const WATER_LEVEL: &str = "weir_throttle_water_level";
+/// State per `record_type`: 0 Normal, 1 Shedding, 2 Open.
+pub const STATE: &str = "weir_throttle_state";
+/// Decisions by `protocol`, `record_type`, `decision` (allowed/denied), `reason`.
+pub const REQUESTS: &str = "weir_throttle_requests_total";
+/// Actual time between samples.
+pub const SAMPLER_INTERVAL: &str = "weir_throttle_sampler_interval_seconds";
+/// Time one sample takes (cgroup reads and computation).
+pub const SAMPLER_DURATION: &str = "weir_throttle_sampler_duration_seconds";
+
+/// Publishes the configured threshold lines once.
+pub fn set_thresholds(c: &ThrottleConfig) {
+    for (kind, v) in [
+        ("cpu_enter", c.thresholds.cpu.enter),
+        ("cpu_exit", c.thresholds.cpu.exit),
+        ("cpu_hard", c.thresholds.cpu.hard),
+        ("mem_enter", c.thresholds.mem.enter),
+        ("mem_exit", c.thresholds.mem.exit),
+        ("mem_hard", c.thresholds.mem.hard),
+    ] {
+        ::metrics::gauge!(WATER_LEVEL, "kind" => kind).set(v);
+    }
+}
+
+/// Publishes one snapshot's levels and states.
+pub fn publish(s: &Snapshot, _c: &ThrottleConfig) {
+    let l = &s.level;
+    ::metrics::gauge!(WATER_LEVEL, "kind" => "cpu").set(l.cpu);
+    ::metrics::gauge!(WATER_LEVEL, "kind" => "cpu_slow").set(l.cpu_slow);
+    ::metrics::gauge!(WATER_LEVEL, "kind" => "cpu_fast").set(l.cpu_fast);
+    ::metrics::gauge!(WATER_LEVEL, "kind" => "mem").set(if l.mem_valid { l.mem } else { f64::NAN });
+    for signal in Signal::ALL {
+        ::metrics::gauge!(STATE, "record_type" => signal.as_str()).set(s.states[signal.index()] as u8 as f64);
+    }
+}
+
+/// Records a sampler interval.
+pub fn sampler_interval(d: Duration) {
+    ::metrics::histogram!(SAMPLER_INTERVAL).record(d.as_secs_f64());
+}
+
+/// Records a sample's duration.
+pub fn sampler_duration(d: Duration) {
+    ::metrics::histogram!(SAMPLER_DURATION).record(d.as_secs_f64());
+}

@@ -1,0 +1,117 @@
+//! The adaptive throttle (seed 002): cgroup water levels, per-record-type state
+//! machines, and a decision taken before a request body is read or decompressed.
+//!
+//! - [`cgroup`] reads capacity and usage (v1, v2, hybrid);
+//! - [`sampler`] turns readings into water levels and steps the [`state`] machines
+//!   (each a set of [`slot`]s), publishing an immutable [`manager::Snapshot`];
+//! - [`manager::decide`] is the pure decision; [`layer`] is the tower glue shared by
+//!   HTTP and gRPC; [`classify`] maps routes to record types.
+
+pub mod cgroup;
+pub mod classify;
+pub mod debug;
+pub mod layer;
+pub mod manager;
+pub mod metrics;
+pub mod retry;
+pub mod sampler;
+pub mod slot;
+pub mod state;
+
+use crate::config::ThrottleConfig;
+use manager::ThrottleManager;
+use std::cell::Cell;
+use std::sync::Arc;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// One immutable set of water levels.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+pub struct WaterLevel {
+    /// CPU use over the last interval / effective cores (may exceed 1).
+    pub cpu: f64,
+    /// Slow EWMA of `cpu` (drives Shedding).
+    pub cpu_slow: f64,
+    /// Fast EWMA of `cpu` (drives Open).
+    pub cpu_fast: f64,
+    /// Whether CPU usage could be read.
+    pub cpu_valid: bool,
+    /// Working set / limit, unsmoothed.
+    pub mem: f64,
+    /// False when there is no memory limit (or it cannot be read).
+    pub mem_valid: bool,
+    /// The CPU denominator.
+    pub effective_cores: f64,
+    /// Whether a CPU quota set `effective_cores`.
+    pub quota_set: bool,
+    /// Working set in bytes.
+    pub mem_working_set_bytes: u64,
+    /// The memory limit, if any.
+    pub mem_limit_bytes: Option<u64>,
+}
+
+thread_local! {
+    static RNG: Cell<u64> = Cell::new({
+        let addr = &RNG as *const _ as u64;
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        (addr ^ t) | 1
+    });
+}
+
+/// A uniform draw in [0, 1) from a thread-local xorshift64*: no locks, no allocation.
+pub fn uniform() -> f64 {
+    RNG.with(|c| {
+        let mut x = c.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        c.set(x);
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    })
+}
+
+/// The running throttle: its manager and (when enabled) its sampler.
+pub struct Throttle {
+    /// Shared by the adapters and the admin server.
+    pub manager: Arc<ThrottleManager>,
+    /// The cgroup reader (for `/debug/throttle`).
+    pub reader: Option<cgroup::CgroupReader>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Throttle {
+    /// Builds the manager and, when enabled, starts the sampler.
+    pub fn start(config: &ThrottleConfig) -> Throttle {
+        let manager = Arc::new(ThrottleManager::new(config));
+        let (stop, stopped) = watch::channel(false);
+        if !config.enabled {
+            tracing::info!("throttle disabled: admitting everything, no sampler");
+            return Throttle { manager, reader: None, stop, task: None };
+        }
+        let reader = cgroup::CgroupReader::discover(&config.cgroup_root, config.signal.fallback_cores);
+        let cap = reader.cpu_capacity();
+        let mem = reader.memory();
+        tracing::info!(
+            layout = ?reader.layout(),
+            effective_cores = cap.cores,
+            quota_set = cap.quota_set,
+            mem_limit_bytes = mem.and_then(|m| m.limit),
+            "throttle sampler starting"
+        );
+        if mem.and_then(|m| m.limit).is_none() {
+            tracing::info!("no cgroup memory limit found: the memory signal is invalid, CPU alone drives the throttle");
+        }
+        metrics::set_thresholds(config);
+        let task = tokio::spawn(sampler::run(Arc::clone(&manager), reader.clone(), config.clone(), stopped));
+        Throttle { manager, reader: Some(reader), stop, task: Some(task) }
+    }
+
+    /// Stops the sampler.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.task {
+            let _ = t.await;
+        }
+    }
+}

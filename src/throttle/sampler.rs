@@ -1,0 +1,183 @@
+//! The sampler: every `sample_interval` it reads the cgroup, turns the readings into
+//! water levels (CPU over the interval divided by effective cores, fast and slow EWMA;
+//! memory as a raw ratio), steps every record type's state machine, and publishes one
+//! immutable snapshot atomically. The request path only reads that snapshot.
+
+use super::cgroup::CgroupReader;
+use super::manager::{Snapshot, ThrottleManager};
+use super::state::{RecordState, SlotInput};
+use super::slot::StateSlot;
+use super::WaterLevel;
+use crate::config::ThrottleConfig;
+use crate::signal::Signal;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// CPU smoothing: s_t = (1 − β)·x_t + β·s_{t−1}, for a fast and a slow β.
+#[derive(Debug, Clone)]
+pub struct CpuSignal {
+    slow_beta: f64,
+    fast_beta: f64,
+    prev: Option<(Instant, u64)>,
+    slow: f64,
+    fast: f64,
+}
+
+impl CpuSignal {
+    /// Both EWMAs start at 0 (an idle start).
+    pub fn new(slow_beta: f64, fast_beta: f64) -> Self {
+        CpuSignal { slow_beta, fast_beta, prev: None, slow: 0.0, fast: 0.0 }
+    }
+
+    /// Feeds a cumulative usage reading taken at `now`; returns (raw, slow, fast). The
+    /// raw value is usage over the interval divided by wall time × cores, and may exceed 1.
+    pub fn update(&mut self, now: Instant, usage_nanos: u64, cores: f64) -> (f64, f64, f64) {
+        let raw = match self.prev {
+            Some((t, u)) => {
+                let wall = now.saturating_duration_since(t).as_nanos() as f64;
+                if wall <= 0.0 || cores <= 0.0 {
+                    0.0
+                } else {
+                    usage_nanos.saturating_sub(u) as f64 / (wall * cores)
+                }
+            }
+            None => 0.0,
+        };
+        self.prev = Some((now, usage_nanos));
+        self.slow = (1.0 - self.slow_beta) * raw + self.slow_beta * self.slow;
+        self.fast = (1.0 - self.fast_beta) * raw + self.fast_beta * self.fast;
+        (raw, self.slow, self.fast)
+    }
+}
+
+/// Per-type state machines plus the signal state; pure apart from `now` and readings.
+#[derive(Debug, Clone)]
+pub struct Stepper {
+    cpu: CpuSignal,
+    machines: [RecordState; 4],
+    config: ThrottleConfig,
+}
+
+/// One sample's raw readings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Readings {
+    /// Cumulative CPU ns, when readable.
+    pub cpu_usage_nanos: Option<u64>,
+    /// Effective cores.
+    pub cores: f64,
+    /// Whether a quota bounds the cores.
+    pub quota_set: bool,
+    /// Working set bytes, when readable.
+    pub mem_working_set: Option<u64>,
+    /// Memory limit, when there is one.
+    pub mem_limit: Option<u64>,
+}
+
+impl Stepper {
+    /// Fresh machines, all Normal.
+    pub fn new(config: &ThrottleConfig) -> Self {
+        let slots = || vec![StateSlot::new(config.thresholds.cpu), StateSlot::new(config.thresholds.mem)];
+        Stepper {
+            cpu: CpuSignal::new(config.signal.cpu_slow_beta, config.signal.cpu_fast_beta),
+            machines: [RecordState::new(slots()), RecordState::new(slots()), RecordState::new(slots()), RecordState::new(slots())],
+            config: config.clone(),
+        }
+    }
+
+    /// Turns readings into a snapshot and steps every machine.
+    pub fn step(&mut self, now: Instant, r: Readings) -> Snapshot {
+        let (cpu, cpu_slow, cpu_fast, cpu_valid) = match r.cpu_usage_nanos {
+            Some(u) => {
+                let (raw, s, f) = self.cpu.update(now, u, r.cores);
+                (raw, s, f, true)
+            }
+            None => (0.0, 0.0, 0.0, false),
+        };
+        let (mem, mem_valid) = match (r.mem_working_set, r.mem_limit) {
+            (Some(ws), Some(limit)) if limit > 0 => (ws as f64 / limit as f64, true),
+            _ => (0.0, false),
+        };
+        let level = WaterLevel {
+            cpu,
+            cpu_slow,
+            cpu_fast,
+            cpu_valid,
+            mem,
+            mem_valid,
+            effective_cores: r.cores,
+            quota_set: r.quota_set,
+            mem_working_set_bytes: r.mem_working_set.unwrap_or(0),
+            mem_limit_bytes: r.mem_limit,
+        };
+        let inputs = [SlotInput { slow: cpu_slow, fast: cpu_fast, valid: cpu_valid }, SlotInput { slow: mem, fast: mem, valid: mem_valid }];
+        let states = Signal::ALL.map(|s| self.machines[s.index()].step(&inputs));
+        let intensity = self.machines[0].intensity(&inputs);
+        Snapshot { level, states, intensity, delays: super::retry::derive_delays(&self.config, &level) }
+    }
+}
+
+/// Runs the sampler until `stop` fires.
+pub async fn run(manager: Arc<ThrottleManager>, reader: CgroupReader, config: ThrottleConfig, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut stepper = Stepper::new(&config);
+    let mut ticker = tokio::time::interval(config.sample_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stop.changed() => break,
+        }
+        let started = Instant::now();
+        if let Some(prev) = last {
+            super::metrics::sampler_interval(started.duration_since(prev));
+        }
+        last = Some(started);
+        let cap = reader.cpu_capacity();
+        let mem = reader.memory();
+        let readings = Readings {
+            cpu_usage_nanos: reader.cpu_usage_nanos(),
+            cores: cap.cores,
+            quota_set: cap.quota_set,
+            mem_working_set: mem.map(|m| m.working_set),
+            mem_limit: mem.and_then(|m| m.limit),
+        };
+        let snapshot = stepper.step(Instant::now(), readings);
+        super::metrics::publish(&snapshot, &config);
+        manager.publish(snapshot);
+        super::metrics::sampler_duration(started.elapsed());
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn cpu_is_usage_over_wall_times_cores_with_two_ewmas() {
+        let t0 = Instant::now();
+        let mut s = CpuSignal::new(0.95, 0.7);
+        assert_eq!(s.update(t0, 0, 2.0), (0.0, 0.0, 0.0));
+        // 250 ms wall, 400 ms CPU on 2 cores = 0.8.
+        let (raw, slow, fast) = s.update(t0 + Duration::from_millis(250), 400_000_000, 2.0);
+        assert!((raw - 0.8).abs() < 1e-9);
+        assert!((slow - 0.05 * 0.8).abs() < 1e-9);
+        assert!((fast - 0.3 * 0.8).abs() < 1e-9);
+        // Over the quota: 0.5 cores fully used plus more = above 1.0.
+        let (raw, _, _) = s.update(t0 + Duration::from_millis(500), 400_000_000 + 150_000_000, 0.5);
+        assert!((raw - 1.2).abs() < 1e-9, "{raw}");
+    }
+
+    #[test]
+    fn memory_without_limit_is_invalid_not_a_ratio() {
+        let mut st = Stepper::new(&ThrottleConfig::default());
+        let r = Readings { cpu_usage_nanos: Some(0), cores: 1.0, quota_set: true, mem_working_set: Some(10 << 30), mem_limit: None };
+        let snap = st.step(Instant::now(), r);
+        assert!(!snap.level.mem_valid);
+        assert_eq!(snap.level.mem, 0.0);
+        let snap = st.step(Instant::now(), Readings { mem_limit: Some(20 << 30), ..r });
+        assert!(snap.level.mem_valid);
+        assert!((snap.level.mem - 0.5).abs() < 1e-9);
+    }
+}
