@@ -17,6 +17,28 @@ fn defaults_fill_in() {
     assert_eq!(c.receiver.http_server.max_request_body_bytes, 64 << 20);
     assert_eq!(c.receiver.grpc_server.max_recv_msg_size_bytes, 64 << 20);
     assert_eq!(c.pipeline.queue.max_bytes, 64 << 20);
+    let t = &c.receiver.throttle;
+    assert!(t.enabled);
+    assert_eq!(t.sample_interval, std::time::Duration::from_millis(250));
+    assert_eq!((t.signal.cpu_slow_beta, t.signal.cpu_fast_beta, t.signal.fallback_cores), (0.95, 0.7, 0.0));
+    assert_eq!((t.thresholds.cpu.enter, t.thresholds.cpu.exit, t.thresholds.cpu.hard, t.thresholds.cpu.breach_n), (0.80, 0.70, 0.90, 3));
+    assert_eq!((t.thresholds.mem.enter, t.thresholds.mem.exit, t.thresholds.mem.hard, t.thresholds.mem.breach_n), (0.85, 0.78, 0.92, 1));
+}
+
+#[test]
+fn partial_throttle_blocks_merge_over_defaults_and_rules_resolve_per_type() {
+    let c = Config::from_yaml(
+        "exporters: [{type: blackhole}]\nreceiver:\n  throttle:\n    thresholds: {cpu: {enter: 0.85, hard: 1.2}}\n    rules:\n      default: {drop_max: 0.2}\n      metrics: {enabled: false}\n      logs: {drop_min: 0.1}\n",
+    )
+    .unwrap();
+    let t = &c.receiver.throttle;
+    assert_eq!((t.thresholds.cpu.enter, t.thresholds.cpu.exit, t.thresholds.cpu.hard, t.thresholds.cpu.breach_n), (0.85, 0.70, 1.2, 3));
+    use weir::signal::Signal;
+    let traces = t.rules.resolve(Signal::Traces);
+    assert_eq!((traces.enabled, traces.drop_min, traces.drop_max), (true, 0.0, 0.2));
+    assert!(!t.rules.resolve(Signal::Metrics).enabled);
+    let logs = t.rules.resolve(Signal::Logs);
+    assert_eq!((logs.drop_min, logs.drop_max), (0.1, 0.2));
 }
 
 #[test]
@@ -58,6 +80,31 @@ fn every_rule_names_its_key() {
         ("exporters: [{type: debug, verbosity: loud}]", "exporters[0].verbosity"),
         ("exporters: [{type: file, path: /tmp/x, colour: red}]", "colour"),
         ("exporters: [{type: blackhole}]\nlog: {format: xml}", "log.format"),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {throttle: {thresholds: {cpu: {enter: 0.6, exit: 0.7}}}}",
+            "receiver.throttle.thresholds.cpu: need 0 <= exit < enter < hard",
+        ),
+        ("exporters: [{type: blackhole}]\nreceiver: {throttle: {thresholds: {mem: {hard: 0.5}}}}", "receiver.throttle.thresholds.mem"),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {throttle: {thresholds: {cpu: {breach_n: 0}}}}",
+            "receiver.throttle.thresholds.cpu.breach_n",
+        ),
+        ("exporters: [{type: blackhole}]\nreceiver: {throttle: {signal: {cpu_slow_beta: 1.0}}}", "receiver.throttle.signal.cpu_slow_beta"),
+        ("exporters: [{type: blackhole}]\nreceiver: {throttle: {signal: {cpu_fast_beta: -0.1}}}", "receiver.throttle.signal.cpu_fast_beta"),
+        ("exporters: [{type: blackhole}]\nreceiver: {throttle: {signal: {fallback_cores: -1}}}", "receiver.throttle.signal.fallback_cores"),
+        ("exporters: [{type: blackhole}]\nreceiver: {throttle: {sample_interval: 1ms}}", "receiver.throttle.sample_interval"),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {throttle: {rules: {traces: {drop_max: 1.5}}}}",
+            "receiver.throttle.rules.traces.drop_max",
+        ),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {throttle: {rules: {logs: {drop_min: 0.6, drop_max: 0.5}}}}",
+            "receiver.throttle.rules.logs: drop_min 0.6 > drop_max 0.5",
+        ),
+        ("exporters: [{type: blackhole}]\nreceiver: {throttle: {rules: {spans: {drop_max: 0.5}}}}", "spans"),
+        ("exporters: [{type: blackhole}]\nreceiver: {throttle: {retry_after: {mode: soon}}}", "receiver.throttle.retry_after.mode"),
+        ("exporters: [{type: blackhole}]\nreceiver: {throttle: {retry_after: {min: 10s, max: 5s}}}", "receiver.throttle.retry_after"),
+        ("exporters: [{type: blackhole}]\nreceiver: {http_server: {middlewares: [\"throttle;mode=x\"]}}", "unknown option `mode`"),
     ];
     for (yaml, want) in cases {
         let e = err(yaml);

@@ -200,7 +200,8 @@ impl ThrottleConfig {
                 return Err(ConfigError::invalid(key(&format!("signal.{name}")), format!("{beta} must be in [0, 1)")));
             }
         }
-        if !(self.signal.fallback_cores >= 0.0 && self.signal.fallback_cores.is_finite()) {
+        let fallback_ok = self.signal.fallback_cores >= 0.0 && self.signal.fallback_cores.is_finite();
+        if !fallback_ok {
             return Err(ConfigError::invalid(key("signal.fallback_cores"), "must be >= 0 (0 = the CPUs weir may run on)"));
         }
         for (name, s) in [("cpu", &self.thresholds.cpu), ("mem", &self.thresholds.mem)] {
@@ -208,7 +209,8 @@ impl ThrottleConfig {
             if s.breach_n < 1 {
                 return Err(ConfigError::invalid(format!("{k}.breach_n"), "must be >= 1"));
             }
-            if !(s.exit < s.enter && s.enter < s.hard) || !(s.exit >= 0.0) || !s.hard.is_finite() {
+            let ordered = s.exit >= 0.0 && s.exit < s.enter && s.enter < s.hard && s.hard.is_finite();
+            if !ordered {
                 return Err(ConfigError::invalid(
                     k,
                     format!("need 0 <= exit < enter < hard, got exit={} enter={} hard={}", s.exit, s.enter, s.hard),

@@ -342,7 +342,9 @@ impl CgroupReader {
         let mut best: Option<(u64, &Level)> = None;
         for l in &c.chain {
             let limit = match c.version {
-                Version::V1 => read_trim(&l.dir.join("memory.limit_in_bytes")).and_then(|s| s.parse::<u64>().ok()).filter(|v| *v < V1_UNLIMITED),
+                Version::V1 => {
+                    read_trim(&l.dir.join("memory.limit_in_bytes")).and_then(|s| s.parse::<u64>().ok()).filter(|v| *v < V1_UNLIMITED)
+                }
                 Version::V2 => read_trim(&l.dir.join("memory.max")).and_then(|s| s.parse::<u64>().ok()),
             };
             if let Some(v) = limit.filter(|v| *v > 0) {

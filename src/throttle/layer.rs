@@ -103,7 +103,11 @@ where
                 let open = reason == Reason::Open;
                 let what = if open { "overloaded: admission is closed" } else { "overloaded: request shed" };
                 let err = ApiError::Throttled {
-                    message: format!("{what} for {}; retry after {:.1}s", signal.map_or("request", Signal::as_str), retry_after.as_secs_f64()),
+                    message: format!(
+                        "{what} for {}; retry after {:.1}s",
+                        signal.map_or("request", Signal::as_str),
+                        retry_after.as_secs_f64()
+                    ),
                     retry_after,
                     open,
                 };

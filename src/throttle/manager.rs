@@ -161,7 +161,12 @@ mod tests {
     use super::*;
 
     fn snap(state: State, t: f64) -> Snapshot {
-        Snapshot { states: [state; 4], intensity: t, delays: Delays { shed: Duration::from_secs(2), open: Duration::from_secs(4) }, ..Snapshot::idle() }
+        Snapshot {
+            states: [state; 4],
+            intensity: t,
+            delays: Delays { shed: Duration::from_secs(2), open: Duration::from_secs(4) },
+            ..Snapshot::idle()
+        }
     }
     fn rule(min: f64, max: f64) -> Rule {
         Rule { enabled: true, drop_min: min, drop_max: max }
@@ -207,8 +212,7 @@ mod tests {
 
     #[test]
     fn manager_disabled_admits_and_unclassified_admits() {
-        let mut c = ThrottleConfig::default();
-        c.enabled = false;
+        let c = ThrottleConfig { enabled: false, ..Default::default() };
         let m = ThrottleManager::new(&c);
         m.publish(snap(State::Open, 1.0));
         assert_eq!(m.decide(Some(Signal::Traces)), Decision::Admit(Reason::Disabled));

@@ -65,7 +65,18 @@ mod tests {
     use super::*;
 
     fn level(cpu_slow: f64, cpu_fast: f64, mem: f64) -> WaterLevel {
-        WaterLevel { cpu: cpu_fast, cpu_slow, cpu_fast, cpu_valid: true, mem, mem_valid: true, effective_cores: 1.0, quota_set: true, mem_working_set_bytes: 0, mem_limit_bytes: Some(1) }
+        WaterLevel {
+            cpu: cpu_fast,
+            cpu_slow,
+            cpu_fast,
+            cpu_valid: true,
+            mem,
+            mem_valid: true,
+            effective_cores: 1.0,
+            quota_set: true,
+            mem_working_set_bytes: 0,
+            mem_limit_bytes: Some(1),
+        }
     }
 
     #[test]

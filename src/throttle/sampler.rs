@@ -5,8 +5,8 @@
 
 use super::cgroup::CgroupReader;
 use super::manager::{Snapshot, ThrottleManager};
-use super::state::{RecordState, SlotInput};
 use super::slot::StateSlot;
+use super::state::{RecordState, SlotInput};
 use super::WaterLevel;
 use crate::config::ThrottleConfig;
 use crate::signal::Signal;
@@ -117,7 +117,12 @@ impl Stepper {
 }
 
 /// Runs the sampler until `stop` fires.
-pub async fn run(manager: Arc<ThrottleManager>, reader: CgroupReader, config: ThrottleConfig, mut stop: tokio::sync::watch::Receiver<bool>) {
+pub async fn run(
+    manager: Arc<ThrottleManager>,
+    reader: CgroupReader,
+    config: ThrottleConfig,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     let mut stepper = Stepper::new(&config);
     let mut ticker = tokio::time::interval(config.sample_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -147,7 +152,6 @@ pub async fn run(manager: Arc<ThrottleManager>, reader: CgroupReader, config: Th
         super::metrics::sampler_duration(started.elapsed());
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -197,10 +197,8 @@ mod tests {
         for _ in 0..5 {
             assert_eq!(m.step(&frame(0.1, 0.1, 5.0, false)), State::Normal);
         }
-        let mut off = RecordState::new(vec![
-            cpu(),
-            StateSlot::new(SlotConfig { enabled: false, enter: 0.85, exit: 0.78, hard: 0.92, breach_n: 1 }),
-        ]);
+        let mut off =
+            RecordState::new(vec![cpu(), StateSlot::new(SlotConfig { enabled: false, enter: 0.85, exit: 0.78, hard: 0.92, breach_n: 1 })]);
         assert_eq!(off.step(&frame(0.1, 0.1, 0.99, true)), State::Normal);
         // And an invalid slot does not block recovery from Open.
         let mut m = machine();

@@ -2,6 +2,8 @@
 //! the file exporter's output back.
 #![allow(dead_code)]
 
+pub mod cgroup;
+
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
@@ -224,4 +226,77 @@ pub fn gzip(data: &[u8]) -> Vec<u8> {
 pub async fn metric_value(admin: &str, prefix: &str) -> Option<f64> {
     let text = reqwest::get(format!("{admin}/metrics")).await.ok()?.text().await.ok()?;
     text.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).reduce(|a, b| a + b)
+}
+
+/// A free loopback port (bound then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A weir process (the real binary) with its ports; killed on drop.
+pub struct WeirProcess {
+    pub child: std::process::Child,
+    pub http: String,
+    pub grpc: String,
+    pub admin: String,
+    pub log: PathBuf,
+    pub _dir: tempfile::TempDir,
+}
+
+impl Drop for WeirProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl WeirProcess {
+    /// Polls `/debug/throttle` (bounded).
+    pub async fn debug(&self) -> serde_json::Value {
+        match reqwest::get(format!("{}/debug/throttle", self.admin)).await {
+            Ok(r) => r.json().await.unwrap_or(serde_json::Value::Null),
+            Err(_) => serde_json::Value::Null,
+        }
+    }
+
+    /// Waits until /readyz answers, panicking with the log after `secs`.
+    pub async fn wait_ready(&mut self, secs: u64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            if let Ok(r) = reqwest::get(format!("{}/readyz", self.admin)).await {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("weir exited early ({status}):\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
+            }
+            assert!(std::time::Instant::now() < deadline, "weir not ready:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Writes `yaml` (with `{http}`, `{grpc}`, `{admin}`, `{dir}` filled in) and starts the
+/// weir binary inside `cg`.
+pub fn spawn_weir_in(cg: &cgroup::TestCgroup, yaml: &str) -> WeirProcess {
+    let dir = tempfile::tempdir().unwrap();
+    let (h, g, a) = (free_port(), free_port(), free_port());
+    let yaml = yaml
+        .replace("{http}", &format!("127.0.0.1:{h}"))
+        .replace("{grpc}", &format!("127.0.0.1:{g}"))
+        .replace("{admin}", &format!("127.0.0.1:{a}"))
+        .replace("{dir}", &dir.path().display().to_string());
+    let cfg = dir.path().join("weir.yaml");
+    std::fs::write(&cfg, yaml).unwrap();
+    let log = dir.path().join("weir.log");
+    let child = cg.spawn(Path::new(env!("CARGO_BIN_EXE_weir")), &["--config", cfg.to_str().unwrap()], &log);
+    WeirProcess {
+        child,
+        http: format!("http://127.0.0.1:{h}"),
+        grpc: format!("http://127.0.0.1:{g}"),
+        admin: format!("http://127.0.0.1:{a}"),
+        log,
+        _dir: dir,
+    }
 }

@@ -19,13 +19,13 @@ use super::decode::Format;
 use super::response::ApiError;
 use super::{count_request, Protocol, Tenant};
 use crate::signal::Signal;
+use crate::throttle::classify::RouteRegistry;
+use crate::throttle::layer::ThrottleLayer;
+use crate::throttle::manager::ThrottleManager;
 use axum::body::Body;
 use axum::http::{header, Request, Response};
 use axum::middleware::from_fn_with_state;
 use axum::Router;
-use crate::throttle::classify::RouteRegistry;
-use crate::throttle::layer::ThrottleLayer;
-use crate::throttle::manager::ThrottleManager;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -155,7 +155,9 @@ impl MiddlewareSpec {
                 Ok(MiddlewareSpec::Throttle)
             }
             "" => Err("empty middleware name".into()),
-            other => Err(format!("unknown middleware `{other}` (known: logging, cors, content_decompressor, maxconns, maxbytes, throttle)")),
+            other => {
+                Err(format!("unknown middleware `{other}` (known: logging, cors, content_decompressor, maxconns, maxbytes, throttle)"))
+            }
         }
     }
 }
@@ -205,7 +207,9 @@ pub fn apply_http(
                 listener.max_conns = Some(*limit);
                 router
             }
-            MiddlewareSpec::Throttle => router.layer(ThrottleLayer::new(Arc::clone(&ctx.throttle), Arc::clone(&ctx.routes), ServerKind::Http)),
+            MiddlewareSpec::Throttle => {
+                router.layer(ThrottleLayer::new(Arc::clone(&ctx.throttle), Arc::clone(&ctx.routes), ServerKind::Http))
+            }
         };
     }
     if let Some(auth) = auth {
@@ -237,7 +241,12 @@ pub fn grpc_settings(specs: &[MiddlewareSpec], max_recv_msg_size_bytes: usize) -
 }
 
 /// Applies the list to the gRPC router (tonic's routes as axum).
-pub fn apply_grpc(mut router: Router, specs: &[MiddlewareSpec], ctx: &HttpContext, auth: Option<AuthLayerState>) -> (Router, ListenerSettings) {
+pub fn apply_grpc(
+    mut router: Router,
+    specs: &[MiddlewareSpec],
+    ctx: &HttpContext,
+    auth: Option<AuthLayerState>,
+) -> (Router, ListenerSettings) {
     let mut listener = ListenerSettings::default();
     // Innermost, always: tonic reports an oversized frame as OUT_OF_RANGE; OTLP clients
     // and the specification expect RESOURCE_EXHAUSTED.
@@ -249,7 +258,9 @@ pub fn apply_grpc(mut router: Router, specs: &[MiddlewareSpec], ctx: &HttpContex
                 listener.max_conns = Some(*limit);
                 router
             }
-            MiddlewareSpec::Throttle => router.layer(ThrottleLayer::new(Arc::clone(&ctx.throttle), Arc::clone(&ctx.routes), ServerKind::Grpc)),
+            MiddlewareSpec::Throttle => {
+                router.layer(ThrottleLayer::new(Arc::clone(&ctx.throttle), Arc::clone(&ctx.routes), ServerKind::Grpc))
+            }
             // Applied by tonic per service (see grpc_settings); cors is refused at parse.
             MiddlewareSpec::ContentDecompressor | MiddlewareSpec::MaxBytes { .. } | MiddlewareSpec::Cors { .. } => router,
         };

@@ -209,7 +209,8 @@ fn real_machine_agrees_with_proc_and_nproc() {
         assert!(b >= a, "usage is monotonic");
         let mem = r.memory().expect("memory readable");
         let meminfo = fs::read_to_string("/proc/meminfo").unwrap();
-        let total_kb: u64 = meminfo.lines().find(|l| l.starts_with("MemTotal:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+        let total_kb: u64 =
+            meminfo.lines().find(|l| l.starts_with("MemTotal:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
         // Our own cgroup holds at least this test process's resident memory.
         let status = fs::read_to_string("/proc/self/status").unwrap();
         let rss_kb: u64 = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();

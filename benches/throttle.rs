@@ -1,0 +1,31 @@
+//! The admission decision on the request path: classify the route, read the snapshot,
+//! decide. Normal (the common case) and Shedding (needs a random draw).
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use std::hint::black_box;
+use weir::config::ThrottleConfig;
+use weir::signal::Signal;
+use weir::throttle::classify::RouteRegistry;
+use weir::throttle::manager::{decide, Snapshot, ThrottleManager};
+use weir::throttle::state::State;
+
+fn bench(c: &mut Criterion) {
+    let config = ThrottleConfig::default();
+    let mut routes = RouteRegistry::new();
+    for s in Signal::ALL {
+        routes.register(s.http_path(), s);
+        routes.register(s.grpc_path(), s);
+    }
+    let manager = ThrottleManager::new(&config);
+    let mut g = c.benchmark_group("throttle_decide");
+    g.bench_function("normal/classify+decide", |b| b.iter(|| manager.decide(routes.classify(black_box("/v1/logs")))));
+    let shedding = Snapshot { states: [State::Shedding; 4], intensity: 0.5, ..Snapshot::idle() };
+    manager.publish(shedding.clone());
+    g.bench_function("shedding/classify+decide", |b| b.iter(|| manager.decide(routes.classify(black_box("/v1/logs")))));
+    let rule = *manager.rule(Signal::Logs);
+    g.bench_function("shedding/pure_decide", |b| b.iter(|| decide(&config, &rule, black_box(&shedding), Signal::Logs, black_box(0.4))));
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

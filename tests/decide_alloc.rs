@@ -1,0 +1,47 @@
+//! The admission decision allocates nothing: counted with a wrapping global allocator.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use weir::config::ThrottleConfig;
+use weir::signal::Signal;
+use weir::throttle::classify::RouteRegistry;
+use weir::throttle::manager::{Snapshot, ThrottleManager};
+use weir::throttle::state::State;
+
+struct Counting;
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn decide_does_not_allocate() {
+    let mut routes = RouteRegistry::new();
+    for s in Signal::ALL {
+        routes.register(s.http_path(), s);
+    }
+    let manager = ThrottleManager::new(&ThrottleConfig::default());
+    let mut decisions = 0;
+    for state in [State::Normal, State::Shedding, State::Open] {
+        manager.publish(Snapshot { states: [state; 4], intensity: 0.5, ..Snapshot::idle() });
+        // Warm the thread-local RNG and arc-swap's per-thread slots first.
+        let _ = manager.decide(routes.classify("/v1/traces"));
+        let before = ALLOCS.load(Ordering::Relaxed);
+        for _ in 0..10_000 {
+            let d = manager.decide(routes.classify(std::hint::black_box("/v1/traces")));
+            decisions += matches!(d, weir::throttle::manager::Decision::Admit(_)) as usize;
+        }
+        assert_eq!(ALLOCS.load(Ordering::Relaxed) - before, 0, "decide allocated in state {state:?}");
+    }
+    assert!(decisions >= 10_000, "Normal admitted everything");
+}

@@ -1,0 +1,152 @@
+//! The throttle end to end on real sockets, with the cgroup read from a fixture tree the
+//! test rewrites (the real-cgroup test is `cgroup_e2e.rs`): Open answers 503 / gRPC
+//! RESOURCE_EXHAUSTED with retry info, Shedding answers 429, a refused gzip bomb is never
+//! read or decompressed, and an idle machine refuses nothing.
+
+mod support;
+
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use prost::Message;
+use std::path::Path;
+use std::time::Duration;
+use support::*;
+
+/// A v2 fixture: 1 CPU quota, 1000-byte memory limit, memory.current set by the test.
+fn fixture(root: &Path, mem_current: u64) {
+    let w = |rel: &str, content: &str| {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    };
+    w("proc/self/mountinfo", "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+    w("proc/self/cgroup", "0::/\n");
+    w("sys/fs/cgroup/cgroup.controllers", "cpu memory");
+    w("sys/fs/cgroup/cpu.max", "100000 100000");
+    w("sys/fs/cgroup/cpu.stat", "usage_usec 0\n");
+    w("sys/fs/cgroup/cpuset.cpus.effective", "0");
+    w("sys/fs/cgroup/memory.max", "1000");
+    w("sys/fs/cgroup/memory.stat", "inactive_file 0\n");
+    w("sys/fs/cgroup/memory.current.tmp", &mem_current.to_string());
+    std::fs::rename(root.join("sys/fs/cgroup/memory.current.tmp"), root.join("sys/fs/cgroup/memory.current")).unwrap();
+}
+
+fn yaml(cgroup_root: &Path, rules: &str) -> String {
+    let base = base_yaml(
+        Path::new("{dir}"),
+        &format!(
+            "  throttle:\n    enabled: true\n    sample_interval: 20ms\n    cgroup_root: \"{}\"\n    rules:\n{rules}\n",
+            cgroup_root.display()
+        ),
+    );
+    base.replace("[\"logging\", \"content_decompressor\"]", "[\"logging\", \"content_decompressor\", \"throttle\"]")
+}
+
+async fn wait_state(admin: &str, record_type: &str, want: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let v: serde_json::Value = reqwest::get(format!("{admin}/debug/throttle")).await.unwrap().json().await.unwrap();
+        if v["states"][record_type] == want {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "state of {record_type} never became {want}: {v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn post(url: &str, body: Vec<u8>, gzip: bool) -> reqwest::Response {
+    let mut r = reqwest::Client::new().post(url).header("content-type", "application/x-protobuf").body(body);
+    if gzip {
+        r = r.header("content-encoding", "gzip");
+    }
+    r.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn open_shedding_and_recovery_over_http_and_grpc() {
+    let cg = tempfile::tempdir().unwrap();
+    fixture(cg.path(), 100);
+    let w = start_yaml(&yaml(cg.path(), "      default: {drop_min: 1.0, drop_max: 1.0}\n      metrics: {enabled: false}")).await;
+    let traces_url = format!("{}/v1/traces", w.http());
+    wait_state(&w.admin(), "traces", "normal").await;
+    assert_eq!(post(&traces_url, traces("ok", 2, 1).encode_to_vec(), false).await.status(), 200);
+
+    // Memory at 95% of the limit: mem.hard 0.92 with breach_n 1 opens the breaker.
+    fixture(cg.path(), 950);
+    wait_state(&w.admin(), "traces", "open").await;
+    let dbg: serde_json::Value = reqwest::get(format!("{}/debug/throttle", w.admin())).await.unwrap().json().await.unwrap();
+    assert_eq!(dbg["mem_limit_bytes"], 1000);
+    assert_eq!(dbg["effective_cores"], 1.0);
+    assert!(dbg["cgroup_paths"].as_array().unwrap().iter().any(|p| p["controller"] == "memory"), "{dbg}");
+
+    let resp = post(&traces_url, traces("x", 2, 1).encode_to_vec(), false).await;
+    assert_eq!(resp.status(), 503);
+    let retry_after: u64 = resp.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=30).contains(&retry_after), "{retry_after}");
+    let status = weir::rpc::Status::decode(resp.bytes().await.unwrap()).unwrap();
+    assert!(status.message.contains("overloaded"), "{}", status.message);
+    assert_eq!(status.code, tonic::Code::ResourceExhausted as i32);
+
+    let ch = tonic::transport::Channel::from_shared(w.grpc()).unwrap().connect().await.unwrap();
+    let err = TraceServiceClient::new(ch.clone()).export(traces("g", 1, 1)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+    let delay = weir::exporter::retry_delay_of(&err).expect("RetryInfo present so OTLP clients retry");
+    assert!(delay >= Duration::from_secs(1));
+    // metrics: enabled=false admits even when Open.
+    MetricsServiceClient::new(ch.clone()).export(metrics("exempt", 1)).await.expect("exempt type admitted while open");
+
+    // 88%: hard cleared, still above exit → Shedding; drop_min=drop_max=1 → always 429.
+    fixture(cg.path(), 880);
+    wait_state(&w.admin(), "traces", "shedding").await;
+    let resp = post(&traces_url, traces("s", 2, 1).encode_to_vec(), false).await;
+    assert_eq!(resp.status(), 429);
+    assert!(resp.headers().contains_key("retry-after"));
+
+    // Back to 10%: Normal, admitted again.
+    fixture(cg.path(), 100);
+    wait_state(&w.admin(), "traces", "normal").await;
+    assert_eq!(post(&traces_url, traces("back", 2, 1).encode_to_vec(), false).await.status(), 200);
+    TraceServiceClient::new(ch).export(traces("gback", 1, 1)).await.expect("grpc admitted again");
+
+    let spans = wait_items(&w.data_dir(), "traces", 4).await;
+    let names: Vec<_> = spans.iter().map(|s| s["name"].as_str().unwrap().to_string()).collect();
+    assert!(names.iter().all(|n| n.starts_with("span-ok") || n.starts_with("span-back") || n.starts_with("span-gback")), "{names:?}");
+    let denied = metric_value(
+        &w.admin(),
+        "weir_throttle_requests_total{protocol=\"http\",record_type=\"traces\",decision=\"denied\",reason=\"open\"}",
+    )
+    .await;
+    assert_eq!(denied, Some(1.0));
+    let state_gauge = metric_value(&w.admin(), "weir_throttle_state{record_type=\"traces\"}").await;
+    assert_eq!(state_gauge, Some(0.0));
+    w.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_idle_machine_refuses_nothing() {
+    let cg = tempfile::tempdir().unwrap();
+    fixture(cg.path(), 10);
+    let w = start_yaml(&yaml(cg.path(), "      default: {drop_min: 0.5, drop_max: 1.0}")).await;
+    let url = format!("{}/v1/traces", w.http());
+    for i in 0..200 {
+        let resp = post(&url, traces(&format!("idle{i}"), 1, 1).encode_to_vec(), false).await;
+        assert_eq!(resp.status(), 200, "request {i}");
+    }
+    assert_eq!(wait_items(&w.data_dir(), "traces", 200).await.len(), 200);
+    w.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn disabled_throttle_admits_and_starts_no_sampler() {
+    let cg = tempfile::tempdir().unwrap();
+    fixture(cg.path(), 999);
+    let y = yaml(cg.path(), "      default: {drop_min: 1.0, drop_max: 1.0}")
+        .replace("    enabled: true\n    sample_interval", "    enabled: false\n    sample_interval");
+    let w = start_yaml(&y).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let v: serde_json::Value = reqwest::get(format!("{}/debug/throttle", w.admin())).await.unwrap().json().await.unwrap();
+    assert_eq!(v["enabled"], false);
+    assert_eq!(v["states"]["traces"], "normal");
+    assert_eq!(post(&format!("{}/v1/traces", w.http()), traces("d", 1, 1).encode_to_vec(), false).await.status(), 200);
+    w.app.shutdown().await;
+}
