@@ -49,9 +49,8 @@ impl Format {
 pub fn decode(signal: Signal, format: Format, body: &[u8]) -> Result<Payload, ApiError> {
     match format {
         Format::Protobuf => decode_protobuf(signal, body),
-        Format::Json => Err(ApiError::UnsupportedMediaType(
-            "application/json (OTLP/JSON) is not supported by this version of weir yet; send application/x-protobuf".into(),
-        )),
+        Format::Json => crate::otlp::json::decode(signal, body)
+            .map_err(|e| ApiError::BadRequest(format!("invalid OTLP/JSON {} request: {e}", signal.as_str()))),
     }
 }
 

@@ -448,3 +448,24 @@ fn profile(out: &mut String, p: &prof::Profile) {
     o.arr("attributeIndices", &p.attribute_indices, int_item);
     o.end();
 }
+
+/// The JSON export response with a partial success: `rejected` items of `signal` were
+/// refused for `message`. Counts are 64-bit, so they are strings.
+pub fn encode_partial_success(signal: crate::signal::Signal, rejected: i64, message: &str) -> String {
+    let field = match signal {
+        crate::signal::Signal::Traces => "rejectedSpans",
+        crate::signal::Signal::Metrics => "rejectedDataPoints",
+        crate::signal::Signal::Logs => "rejectedLogRecords",
+        crate::signal::Signal::Profiles => "rejectedProfiles",
+    };
+    let mut out = String::new();
+    let mut o = Obj::new(&mut out);
+    {
+        let mut ps = Obj::new(o.key("partialSuccess"));
+        ps.i64s(field, rejected);
+        ps.str("errorMessage", message);
+        ps.end();
+    }
+    o.end();
+    out
+}

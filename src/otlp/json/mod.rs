@@ -1,13 +1,16 @@
 //! OTLP/JSON ("JSON Protobuf Encoding" of the OTLP specification).
 //!
-//! The encoder writes canonical OTLP/JSON straight from the prost types: lowerCamelCase
+//! The decoder ([`decode`]) fills the prost types directly and names the path of any
+//! error. The encoder writes canonical OTLP/JSON straight from the prost types: lowerCamelCase
 //! keys, hex trace/span/profile IDs, integer enums, 64-bit integers as decimal strings,
 //! default values omitted (oneof members are always written).
 
+mod decode;
 mod encode;
 mod writer;
 
-pub use encode::encode;
+pub use decode::{decode, JsonError};
+pub use encode::{encode, encode_partial_success};
 
 /// Appends `s` as a JSON string literal.
 pub fn write_json_str(out: &mut String, s: &str) {
