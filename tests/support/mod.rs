@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cgroup;
+pub mod gen;
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;

@@ -125,7 +125,9 @@ pub fn decode(signal: Signal, body: &[u8]) -> R<Payload> {
             let mut r = ExportProfilesServiceRequest::default();
             for (k, v) in obj {
                 match k.as_str() {
-                    "resourceProfiles" | "resource_profiles" => r.resource_profiles = list(v, &root.field("resourceProfiles"), resource_profiles)?,
+                    "resourceProfiles" | "resource_profiles" => {
+                        r.resource_profiles = list(v, &root.field("resourceProfiles"), resource_profiles)?
+                    }
                     "dictionary" => r.dictionary = opt(v, &root.field("dictionary"), dictionary)?,
                     _ => {}
                 }
@@ -225,12 +227,9 @@ fn f64v(v: &Value, p: &Path) -> R<f64> {
             "NaN" => Ok(f64::NAN),
             "Infinity" => Ok(f64::INFINITY),
             "-Infinity" => Ok(f64::NEG_INFINITY),
-            other => other
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|f| f.is_finite())
-                .ok_or_else(|| p.err(format!("expected a double (number, numeric string, \"NaN\", \"Infinity\" or \"-Infinity\"), got \"{other}\""))),
+            other => other.trim().parse::<f64>().ok().filter(|f| f.is_finite()).ok_or_else(|| {
+                p.err(format!("expected a double (number, numeric string, \"NaN\", \"Infinity\" or \"-Infinity\"), got \"{other}\""))
+            }),
         },
         other => Err(p.err(format!("expected a double, got {}", kind(other)))),
     }
@@ -321,7 +320,9 @@ fn any_value(v: &Value, p: &Path) -> R<AnyValue> {
                 }
                 any_value::Value::KvlistValue(l)
             }
-            "stringValueStrindex" | "string_value_strindex" => any_value::Value::StringValueStrindex(i32v(v, &p.field("stringValueStrindex"))?),
+            "stringValueStrindex" | "string_value_strindex" => {
+                any_value::Value::StringValueStrindex(i32v(v, &p.field("stringValueStrindex"))?)
+            }
             _ => continue,
         };
         if out.value.is_some() {
@@ -354,7 +355,9 @@ fn resource(v: &Value, p: &Path) -> R<Resource> {
     for (k, v) in object(v, p)? {
         match k.as_str() {
             "attributes" => r.attributes = attributes(v, &p.field("attributes"))?,
-            "droppedAttributesCount" | "dropped_attributes_count" => r.dropped_attributes_count = u32v(v, &p.field("droppedAttributesCount"))?,
+            "droppedAttributesCount" | "dropped_attributes_count" => {
+                r.dropped_attributes_count = u32v(v, &p.field("droppedAttributesCount"))?
+            }
             "entityRefs" | "entity_refs" => r.entity_refs = list(v, &p.field("entityRefs"), entity_ref)?,
             _ => {}
         }
@@ -383,7 +386,9 @@ fn scope(v: &Value, p: &Path) -> R<InstrumentationScope> {
             "name" => s.name = string(v, &p.field("name"))?,
             "version" => s.version = string(v, &p.field("version"))?,
             "attributes" => s.attributes = attributes(v, &p.field("attributes"))?,
-            "droppedAttributesCount" | "dropped_attributes_count" => s.dropped_attributes_count = u32v(v, &p.field("droppedAttributesCount"))?,
+            "droppedAttributesCount" | "dropped_attributes_count" => {
+                s.dropped_attributes_count = u32v(v, &p.field("droppedAttributesCount"))?
+            }
             _ => {}
         }
     }
@@ -432,7 +437,9 @@ fn span(v: &Value, p: &Path) -> R<Span> {
             "startTimeUnixNano" | "start_time_unix_nano" => s.start_time_unix_nano = u64v(v, &p.field("startTimeUnixNano"))?,
             "endTimeUnixNano" | "end_time_unix_nano" => s.end_time_unix_nano = u64v(v, &p.field("endTimeUnixNano"))?,
             "attributes" => s.attributes = attributes(v, &p.field("attributes"))?,
-            "droppedAttributesCount" | "dropped_attributes_count" => s.dropped_attributes_count = u32v(v, &p.field("droppedAttributesCount"))?,
+            "droppedAttributesCount" | "dropped_attributes_count" => {
+                s.dropped_attributes_count = u32v(v, &p.field("droppedAttributesCount"))?
+            }
             "events" => s.events = list(v, &p.field("events"), event)?,
             "droppedEventsCount" | "dropped_events_count" => s.dropped_events_count = u32v(v, &p.field("droppedEventsCount"))?,
             "links" => s.links = list(v, &p.field("links"), link)?,
@@ -451,7 +458,9 @@ fn event(v: &Value, p: &Path) -> R<span::Event> {
             "timeUnixNano" | "time_unix_nano" => e.time_unix_nano = u64v(v, &p.field("timeUnixNano"))?,
             "name" => e.name = string(v, &p.field("name"))?,
             "attributes" => e.attributes = attributes(v, &p.field("attributes"))?,
-            "droppedAttributesCount" | "dropped_attributes_count" => e.dropped_attributes_count = u32v(v, &p.field("droppedAttributesCount"))?,
+            "droppedAttributesCount" | "dropped_attributes_count" => {
+                e.dropped_attributes_count = u32v(v, &p.field("droppedAttributesCount"))?
+            }
             _ => {}
         }
     }
@@ -466,7 +475,9 @@ fn link(v: &Value, p: &Path) -> R<span::Link> {
             "spanId" | "span_id" => l.span_id = hex_id(v, &p.field("spanId"), 8)?,
             "traceState" | "trace_state" => l.trace_state = string(v, &p.field("traceState"))?,
             "attributes" => l.attributes = attributes(v, &p.field("attributes"))?,
-            "droppedAttributesCount" | "dropped_attributes_count" => l.dropped_attributes_count = u32v(v, &p.field("droppedAttributesCount"))?,
+            "droppedAttributesCount" | "dropped_attributes_count" => {
+                l.dropped_attributes_count = u32v(v, &p.field("droppedAttributesCount"))?
+            }
             "flags" => l.flags = u32v(v, &p.field("flags"))?,
             _ => {}
         }
@@ -527,7 +538,9 @@ fn log_record(v: &Value, p: &Path) -> R<LogRecord> {
             "severityText" | "severity_text" => r.severity_text = string(v, &p.field("severityText"))?,
             "body" => r.body = opt(v, &p.field("body"), any_value)?,
             "attributes" => r.attributes = attributes(v, &p.field("attributes"))?,
-            "droppedAttributesCount" | "dropped_attributes_count" => r.dropped_attributes_count = u32v(v, &p.field("droppedAttributesCount"))?,
+            "droppedAttributesCount" | "dropped_attributes_count" => {
+                r.dropped_attributes_count = u32v(v, &p.field("droppedAttributesCount"))?
+            }
             "flags" => r.flags = u32v(v, &p.field("flags"))?,
             "traceId" | "trace_id" => r.trace_id = hex_id(v, &p.field("traceId"), 16)?,
             "spanId" | "span_id" => r.span_id = hex_id(v, &p.field("spanId"), 8)?,
@@ -602,7 +615,9 @@ fn metric(v: &Value, p: &Path) -> R<Metric> {
                 for (k, v) in object(v, &sp)? {
                     match k.as_str() {
                         "dataPoints" | "data_points" => s.data_points = list(v, &sp.field("dataPoints"), number_point)?,
-                        "aggregationTemporality" | "aggregation_temporality" => s.aggregation_temporality = temporality(v, &sp.field("aggregationTemporality"))?,
+                        "aggregationTemporality" | "aggregation_temporality" => {
+                            s.aggregation_temporality = temporality(v, &sp.field("aggregationTemporality"))?
+                        }
                         "isMonotonic" | "is_monotonic" => s.is_monotonic = boolean(v, &sp.field("isMonotonic"))?,
                         _ => {}
                     }
@@ -615,7 +630,9 @@ fn metric(v: &Value, p: &Path) -> R<Metric> {
                 for (k, v) in object(v, &hp)? {
                     match k.as_str() {
                         "dataPoints" | "data_points" => h.data_points = list(v, &hp.field("dataPoints"), histogram_point)?,
-                        "aggregationTemporality" | "aggregation_temporality" => h.aggregation_temporality = temporality(v, &hp.field("aggregationTemporality"))?,
+                        "aggregationTemporality" | "aggregation_temporality" => {
+                            h.aggregation_temporality = temporality(v, &hp.field("aggregationTemporality"))?
+                        }
                         _ => {}
                     }
                 }
@@ -627,7 +644,9 @@ fn metric(v: &Value, p: &Path) -> R<Metric> {
                 for (k, v) in object(v, &hp)? {
                     match k.as_str() {
                         "dataPoints" | "data_points" => h.data_points = list(v, &hp.field("dataPoints"), exp_histogram_point)?,
-                        "aggregationTemporality" | "aggregation_temporality" => h.aggregation_temporality = temporality(v, &hp.field("aggregationTemporality"))?,
+                        "aggregationTemporality" | "aggregation_temporality" => {
+                            h.aggregation_temporality = temporality(v, &hp.field("aggregationTemporality"))?
+                        }
                         _ => {}
                     }
                 }
@@ -829,8 +848,12 @@ fn profile(v: &Value, p: &Path) -> R<prof::Profile> {
             "periodType" | "period_type" => o.period_type = opt(v, &p.field("periodType"), value_type)?,
             "period" => o.period = i64v(v, &p.field("period"))?,
             "profileId" | "profile_id" => o.profile_id = hex_id(v, &p.field("profileId"), 16)?,
-            "droppedAttributesCount" | "dropped_attributes_count" => o.dropped_attributes_count = u32v(v, &p.field("droppedAttributesCount"))?,
-            "originalPayloadFormat" | "original_payload_format" => o.original_payload_format = string(v, &p.field("originalPayloadFormat"))?,
+            "droppedAttributesCount" | "dropped_attributes_count" => {
+                o.dropped_attributes_count = u32v(v, &p.field("droppedAttributesCount"))?
+            }
+            "originalPayloadFormat" | "original_payload_format" => {
+                o.original_payload_format = string(v, &p.field("originalPayloadFormat"))?
+            }
             "originalPayload" | "original_payload" => o.original_payload = bytes(v, &p.field("originalPayload"))?,
             "attributeIndices" | "attribute_indices" => o.attribute_indices = list(v, &p.field("attributeIndices"), i32v)?,
             _ => {}
@@ -908,7 +931,9 @@ fn dictionary(v: &Value, p: &Path) -> R<prof::ProfilesDictionary> {
                     for (k, v) in object(v, p)? {
                         match k.as_str() {
                             "nameStrindex" | "name_strindex" => f.name_strindex = i32v(v, &p.field("nameStrindex"))?,
-                            "systemNameStrindex" | "system_name_strindex" => f.system_name_strindex = i32v(v, &p.field("systemNameStrindex"))?,
+                            "systemNameStrindex" | "system_name_strindex" => {
+                                f.system_name_strindex = i32v(v, &p.field("systemNameStrindex"))?
+                            }
                             "filenameStrindex" | "filename_strindex" => f.filename_strindex = i32v(v, &p.field("filenameStrindex"))?,
                             "startLine" | "start_line" => f.start_line = i64v(v, &p.field("startLine"))?,
                             _ => {}

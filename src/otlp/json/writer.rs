@@ -40,7 +40,9 @@ pub fn write_f64(out: &mut String, v: f64) {
     } else if v == f64::NEG_INFINITY {
         out.push_str("\"-Infinity\"");
     } else {
-        let _ = write!(out, "{v}");
+        // Shortest representation that parses back to the same bits, with an exponent
+        // for very large or small values (ryu, as serde_json uses).
+        out.push_str(ryu::Buffer::new().format_finite(v));
     }
 }
 
