@@ -51,6 +51,10 @@ impl RotatingFile {
             self.rotate()?;
         }
         if self.file.is_none() {
+            // The directory may have been removed under us; recreate it rather than drop.
+            if let Some(dir) = self.path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
             let f = OpenOptions::new().create(true).append(true).open(&self.path)?;
             self.size = f.metadata()?.len();
             self.file = Some(f);

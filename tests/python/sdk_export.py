@@ -1,8 +1,9 @@
-"""Exports spans, metrics and logs with the OpenTelemetry Python SDK's OTLP exporters
-(gRPC and HTTP/protobuf) to a running weir, then reads weir's file exporter output back
-and checks every item: names, IDs, attributes, counts.
+"""Exports spans, metrics and logs with the OpenTelemetry Python SDK's OTLP exporters to a
+running weir, then reads weir's file exporter output back and checks every item: names,
+IDs, attributes, counts.
 
-usage: sdk_export.py GRPC_ENDPOINT HTTP_ENDPOINT DATA_DIR
+usage: sdk_export.py proto GRPC_ENDPOINT HTTP_ENDPOINT DATA_DIR   (gRPC + HTTP/protobuf)
+       sdk_export.py json  GRPC_ENDPOINT HTTP_ENDPOINT DATA_DIR   (HTTP/JSON; its own venv)
 """
 
 import json
@@ -11,12 +12,6 @@ import os
 import sys
 import time
 
-from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
-from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetricExporter
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
-from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
-from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
@@ -90,12 +85,29 @@ def wait_for(fn, want, what):
 
 
 def main():
-    grpc_ep, http_ep, data_dir = sys.argv[1:4]
+    mode, grpc_ep, http_ep, data_dir = sys.argv[1:5]
     all_ids = {}
-    all_ids.update(run("grpc", GrpcSpanExporter(endpoint=grpc_ep, insecure=True), GrpcMetricExporter(endpoint=grpc_ep, insecure=True), GrpcLogExporter(endpoint=grpc_ep, insecure=True)))
-    all_ids.update(run("http", HttpSpanExporter(endpoint=f"{http_ep}/v1/traces"), HttpMetricExporter(endpoint=f"{http_ep}/v1/metrics"), HttpLogExporter(endpoint=f"{http_ep}/v1/logs")))
+    if mode == "proto":
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetricExporter
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 
-    spans = wait_for(lambda: items(data_dir, "traces", "resourceSpans", "scopeSpans", "spans"), 2 * SPANS, "spans")
+        transports = ["grpc", "http"]
+        all_ids.update(run("grpc", GrpcSpanExporter(endpoint=grpc_ep, insecure=True), GrpcMetricExporter(endpoint=grpc_ep, insecure=True), GrpcLogExporter(endpoint=grpc_ep, insecure=True)))
+        all_ids.update(run("http", HttpSpanExporter(endpoint=f"{http_ep}/v1/traces"), HttpMetricExporter(endpoint=f"{http_ep}/v1/metrics"), HttpLogExporter(endpoint=f"{http_ep}/v1/logs")))
+    else:
+        from opentelemetry.exporter.otlp.json.http._log_exporter import OTLPLogExporter as JsonLogExporter
+        from opentelemetry.exporter.otlp.json.http.metric_exporter import OTLPMetricExporter as JsonMetricExporter
+        from opentelemetry.exporter.otlp.json.http.trace_exporter import OTLPSpanExporter as JsonSpanExporter
+
+        transports = ["json"]
+        all_ids.update(run("json", JsonSpanExporter(endpoint=f"{http_ep}/v1/traces"), JsonMetricExporter(endpoint=f"{http_ep}/v1/metrics"), JsonLogExporter(endpoint=f"{http_ep}/v1/logs")))
+    n = len(transports)
+
+    spans = wait_for(lambda: items(data_dir, "traces", "resourceSpans", "scopeSpans", "spans"), n * SPANS, "spans")
     by_name = {s["name"]: (svc, scope, s) for svc, scope, s in spans}
     for name, ctx in all_ids.items():
         svc, scope, s = by_name[name]
@@ -111,7 +123,7 @@ def main():
             assert attrs["i"] == {"intValue": name.rsplit("-", 1)[1]}, attrs
             assert attrs["transport"] == {"stringValue": transport}, attrs
 
-    metrics = wait_for(lambda: items(data_dir, "metrics", "resourceMetrics", "scopeMetrics", "metrics"), 2, "metrics")
+    metrics = wait_for(lambda: items(data_dir, "metrics", "resourceMetrics", "scopeMetrics", "metrics"), n, "metrics")
     for svc, _, m in metrics:
         transport = svc.split("-")[1]
         assert m["name"] == f"{transport}.requests", m
@@ -119,11 +131,11 @@ def main():
         assert points == {"a": "3", "b": "4"}, points
         assert m["sum"]["isMonotonic"] is True
 
-    logs = wait_for(lambda: items(data_dir, "logs", "resourceLogs", "scopeLogs", "logRecords"), 2 * LOGS, "logs")
+    logs = wait_for(lambda: items(data_dir, "logs", "resourceLogs", "scopeLogs", "logRecords"), n * LOGS, "logs")
     bodies = sorted(r["body"]["stringValue"] for _, _, r in logs)
-    assert bodies == sorted([f"log {t} {i}" for t in ("grpc", "http") for i in range(LOGS)]), bodies
+    assert bodies == sorted([f"log {t} {i}" for t in transports for i in range(LOGS)]), bodies
     assert all(r["severityText"] == "WARN" or r["severityText"] == "WARNING" for _, _, r in logs), logs[0]
-    print(f"python sdk: {len(spans)} spans, {len(metrics)} metrics, {len(logs)} logs exported and checked")
+    print(f"python sdk ({mode}): {len(spans)} spans, {len(metrics)} metrics, {len(logs)} logs exported and checked")
 
 
 if __name__ == "__main__":
