@@ -67,6 +67,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let ctx = HttpContext {
         max_request_body_bytes: config.receiver.http_server.max_request_body_bytes,
         throttle: Arc::clone(&throttle.manager),
+        admission: Arc::clone(&throttle.admission),
         routes: Arc::new(routes),
     };
     let mut receivers = Vec::new();
@@ -97,8 +98,11 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     }
 
     let ready = Arc::new(AtomicBool::new(false));
-    let admin_router = admin::router(admin::AdminState { prometheus, ready: Arc::clone(&ready) })
-        .merge(crate::throttle::debug::router(Arc::clone(&throttle.manager), throttle.reader.clone()));
+    let admin_router = admin::router(admin::AdminState { prometheus, ready: Arc::clone(&ready) }).merge(crate::throttle::debug::router(
+        Arc::clone(&throttle.manager),
+        throttle.reader.clone(),
+        Arc::clone(&throttle.admission),
+    ));
     let admin = server::serve("admin", &config.admin.endpoint, None, None, admin_router).await?;
     tracing::info!(addr = %admin.local_addr, "admin listening");
     ready.store(true, Ordering::Release);

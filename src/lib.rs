@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod admission;
 pub mod app;
 pub mod config;
 pub mod exporter;

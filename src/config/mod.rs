@@ -2,11 +2,13 @@
 //! YAML file, then `WEIR_*` environment variables) and checked by [`Config::validate`],
 //! whose errors name the offending key and the rule it broke.
 
+mod admission;
 mod exporter;
 mod pipeline;
 mod receiver;
 mod throttle;
 
+pub use admission::{BbrConfig, BurstDampingConfig, KneeConfig, SlowStartConfig};
 pub use exporter::{
     BlackholeExporterConfig, DebugExporterConfig, ExporterConfig, FileExporterConfig, OtlpExporterConfig, OtlpHttpExporterConfig,
     RetryConfig,

@@ -26,6 +26,17 @@ pub struct ThrottleConfig {
     pub retry_after: RetryAfterConfig,
     /// Filesystem root under which `proc/self/*` and `sys/fs/cgroup` are read (`/`).
     pub cgroup_root: PathBuf,
+    /// In-flight hard cap per effective core (0 = off). The only layer that may refuse
+    /// while every water level is below its exit line.
+    pub max_inflight_per_core: f64,
+    /// Slow start.
+    pub slow_start: super::admission::SlowStartConfig,
+    /// Burst damping.
+    pub burst_damping: super::admission::BurstDampingConfig,
+    /// BBR concurrency limit.
+    pub bbr: super::admission::BbrConfig,
+    /// CPU knee learner.
+    pub knee: super::admission::KneeConfig,
 }
 
 /// `throttle.signal`.
@@ -133,6 +144,11 @@ impl Default for ThrottleConfig {
             rules: RulesConfig::default(),
             retry_after: RetryAfterConfig::default(),
             cgroup_root: PathBuf::from("/"),
+            max_inflight_per_core: 0.0,
+            slow_start: Default::default(),
+            burst_damping: Default::default(),
+            bbr: Default::default(),
+            knee: Default::default(),
         }
     }
 }
@@ -246,6 +262,7 @@ impl ThrottleConfig {
             "derived" | "random" => {}
             other => return Err(ConfigError::invalid(key("retry_after.mode"), format!("`{other}`: must be `derived` or `random`"))),
         }
+        super::admission::validate(prefix, &self.slow_start, &self.burst_damping, &self.bbr, &self.knee, self.max_inflight_per_core)?;
         if self.retry_after.min > self.retry_after.max || self.retry_after.max > Duration::from_secs(3600) {
             return Err(ConfigError::invalid(key("retry_after"), "need min <= max <= 1h"));
         }

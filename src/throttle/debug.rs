@@ -13,11 +13,12 @@ use std::sync::Arc;
 struct DebugState {
     manager: Arc<ThrottleManager>,
     reader: Option<Arc<CgroupReader>>,
+    admission: Arc<super::AdmissionClock>,
 }
 
 /// The `/debug/throttle` route.
-pub fn router(manager: Arc<ThrottleManager>, reader: Option<CgroupReader>) -> Router {
-    Router::new().route("/debug/throttle", get(handler)).with_state(DebugState { manager, reader: reader.map(Arc::new) })
+pub fn router(manager: Arc<ThrottleManager>, reader: Option<CgroupReader>, admission: Arc<super::AdmissionClock>) -> Router {
+    Router::new().route("/debug/throttle", get(handler)).with_state(DebugState { manager, reader: reader.map(Arc::new), admission })
 }
 
 async fn handler(State(s): State<DebugState>) -> Json<serde_json::Value> {
@@ -32,6 +33,10 @@ async fn handler(State(s): State<DebugState>) -> Json<serde_json::Value> {
         .as_ref()
         .map(|r| r.paths().into_iter().map(|(c, v, p)| serde_json::json!({"controller": c, "version": v, "path": p})).collect())
         .unwrap_or_default();
+    let adm = &s.admission;
+    let (bbr_max_inflight, inflight) = adm.inner.bbr_estimate(adm.now());
+    let (slow_start_active, damping_active) = adm.inner.phases();
+    let knee_profile = adm.inner.knee.as_ref().map(|k| k.compute().1).unwrap_or_default();
     Json(serde_json::json!({
         "enabled": s.manager.enabled(),
         "layout": s.reader.as_ref().map(|r| r.layout()),
@@ -45,5 +50,15 @@ async fn handler(State(s): State<DebugState>) -> Json<serde_json::Value> {
         "retry_delay_seconds": {"shed": snap.delays.shed.as_secs_f64(), "open": snap.delays.open.as_secs_f64()},
         "sample_interval_seconds": c.sample_interval.as_secs_f64(),
         "cgroup_paths": paths,
+        "effective_lines": {"cpu_enter": snap.cpu_enter, "cpu_exit": snap.cpu_exit},
+        "pressure": {"above_exit": snap.pressure.above_exit, "above_enter": snap.pressure.above_enter},
+        "admission": {
+            "inflight": inflight,
+            "bbr_max_inflight": bbr_max_inflight,
+            "slow_start_active": slow_start_active,
+            "burst_damping_active": damping_active,
+            "learned_cpu_knee": snap.knee,
+            "knee_profile": knee_profile,
+        },
     }))
 }

@@ -7,6 +7,8 @@
 use super::classify::RouteRegistry;
 use super::manager::{Decision, Reason, ThrottleManager};
 use super::metrics::REQUESTS;
+use super::{AdmissionClock, DoneGuard};
+use crate::admission::Layer as AdmissionLayer;
 use crate::receiver::decode::Format;
 use crate::receiver::middleware::ServerKind;
 use crate::receiver::response::ApiError;
@@ -18,21 +20,30 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 const REASONS: [Reason; 6] = [Reason::Normal, Reason::SheddingPass, Reason::Disabled, Reason::Unclassified, Reason::Shed, Reason::Open];
+const LAYERS: [AdmissionLayer; 4] =
+    [AdmissionLayer::InflightCap, AdmissionLayer::SlowStart, AdmissionLayer::BurstDamping, AdmissionLayer::Bbr];
 
 /// Counters registered once, so the hot path does no label lookups.
 #[derive(Debug, Clone)]
 struct Counters {
-    /// [signal index or 4 for unknown][reason index]
-    table: Arc<[[metrics::Counter; 6]; 5]>,
+    /// [signal index or 4 for unknown][reason index, then layer index + 6]
+    table: Arc<[[metrics::Counter; 10]; 5]>,
 }
 
 impl Counters {
     fn new(protocol: &'static str) -> Self {
         let record_types = ["traces", "metrics", "logs", "profiles", "unknown"];
         let table = record_types.map(|rt| {
-            REASONS.map(|r| {
-                let decision = if matches!(r, Reason::Shed | Reason::Open) { "denied" } else { "allowed" };
-                metrics::counter!(REQUESTS, "protocol" => protocol, "record_type" => rt, "decision" => decision, "reason" => r.as_str())
+            let labels: [(&'static str, &'static str); 10] = std::array::from_fn(|j| {
+                if j < 6 {
+                    let r = REASONS[j];
+                    (if matches!(r, Reason::Shed | Reason::Open) { "denied" } else { "allowed" }, r.as_str())
+                } else {
+                    ("denied", LAYERS[j - 6].as_str())
+                }
+            });
+            labels.map(|(decision, reason)| {
+                metrics::counter!(REQUESTS, "protocol" => protocol, "record_type" => rt, "decision" => decision, "reason" => reason)
             })
         });
         Counters { table: Arc::new(table) }
@@ -43,12 +54,19 @@ impl Counters {
         let j = REASONS.iter().position(|r| *r == reason).unwrap_or(0);
         self.table[i][j].increment(1);
     }
+
+    fn count_layer(&self, signal: Option<Signal>, layer: AdmissionLayer) {
+        let i = signal.map_or(4, Signal::index);
+        let j = 6 + LAYERS.iter().position(|l| *l == layer).unwrap_or(0);
+        self.table[i][j].increment(1);
+    }
 }
 
 /// Builds [`Throttle`] services.
 #[derive(Clone)]
 pub struct ThrottleLayer {
     manager: Arc<ThrottleManager>,
+    admission: Arc<AdmissionClock>,
     routes: Arc<RouteRegistry>,
     kind: ServerKind,
     counters: Counters,
@@ -56,12 +74,28 @@ pub struct ThrottleLayer {
 
 impl ThrottleLayer {
     /// A layer for one server.
-    pub fn new(manager: Arc<ThrottleManager>, routes: Arc<RouteRegistry>, kind: ServerKind) -> Self {
+    pub fn new(manager: Arc<ThrottleManager>, admission: Arc<AdmissionClock>, routes: Arc<RouteRegistry>, kind: ServerKind) -> Self {
         let protocol = match kind {
             ServerKind::Http => "http",
             ServerKind::Grpc => "grpc",
         };
-        ThrottleLayer { manager, routes, kind, counters: Counters::new(protocol) }
+        ThrottleLayer { manager, admission, routes, kind, counters: Counters::new(protocol) }
+    }
+
+    fn refuse(
+        &self,
+        req: &Request<Body>,
+        signal: Option<Signal>,
+        what: &str,
+        retry_after: std::time::Duration,
+        open: bool,
+    ) -> Response<Body> {
+        let err = ApiError::Throttled {
+            message: format!("{what} for {}; retry after {:.1}s", signal.map_or("request", Signal::as_str), retry_after.as_secs_f64()),
+            retry_after,
+            open,
+        };
+        crate::receiver::middleware::reject_counted(self.kind, req, err)
     }
 }
 
@@ -94,26 +128,33 @@ where
     fn call(&mut self, req: Request<Body>) -> Self::Future {
         let signal = self.layer.routes.classify(req.uri().path());
         match self.layer.manager.decide(signal) {
+            Decision::Admit(reason @ (Reason::Normal | Reason::SheddingPass)) if self.layer.admission.enabled => {
+                // The admission layers, after the throttle and before the body is read.
+                let adm = &self.layer.admission;
+                match adm.inner.admit(adm.now(), self.layer.manager.pressure()) {
+                    Ok(ticket) => {
+                        self.layer.counters.count(signal, reason);
+                        let guard = DoneGuard::new(Arc::clone(adm), ticket, Arc::clone(&self.layer.manager));
+                        ResponseFuture::Inner { fut: self.inner.call(req), guard: Some(guard) }
+                    }
+                    Err(layer) => {
+                        self.layer.counters.count_layer(signal, layer);
+                        let what = format!("overloaded: refused by {}", layer.as_str());
+                        let resp = self.layer.refuse(&req, signal, &what, self.layer.manager.config().retry_after.min, false);
+                        ResponseFuture::Rejected { resp: Some(resp) }
+                    }
+                }
+            }
             Decision::Admit(reason) => {
                 self.layer.counters.count(signal, reason);
-                ResponseFuture::Inner { fut: self.inner.call(req) }
+                ResponseFuture::Inner { fut: self.inner.call(req), guard: None }
             }
             Decision::Reject { reason, retry_after } => {
                 self.layer.counters.count(signal, reason);
                 let open = reason == Reason::Open;
                 let what = if open { "overloaded: admission is closed" } else { "overloaded: request shed" };
-                let err = ApiError::Throttled {
-                    message: format!(
-                        "{what} for {}; retry after {:.1}s",
-                        signal.map_or("request", Signal::as_str),
-                        retry_after.as_secs_f64()
-                    ),
-                    retry_after,
-                    open,
-                };
-                let resp = crate::receiver::middleware::reject_counted(self.layer.kind, &req, err);
                 // The body is dropped unread.
-                drop(req);
+                let resp = self.layer.refuse(&req, signal, what, retry_after, open);
                 ResponseFuture::Rejected { resp: Some(resp) }
             }
         }
@@ -136,7 +177,7 @@ pub mod future {
         #[project = Proj]
         pub enum ResponseFuture<F> {
             /// Admitted.
-            Inner { #[pin] fut: F },
+            Inner { #[pin] fut: F, guard: Option<crate::throttle::DoneGuard> },
             /// Refused.
             Rejected { resp: Option<Response<Body>> },
         }
@@ -149,7 +190,12 @@ pub mod future {
         type Output = Result<Response<Body>, E>;
         fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
             match self.project() {
-                Proj::Inner { fut } => fut.poll(cx),
+                Proj::Inner { fut, guard } => {
+                    let out = std::task::ready!(fut.poll(cx));
+                    // Done as soon as the response is ready (not when the future is dropped).
+                    guard.take();
+                    Poll::Ready(out)
+                }
                 Proj::Rejected { resp } => Poll::Ready(Ok(resp.take().unwrap_or_default())),
             }
         }

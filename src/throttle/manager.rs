@@ -20,12 +20,29 @@ pub struct Snapshot {
     pub intensity: f64,
     /// Base retry delays.
     pub delays: Delays,
+    /// Where the levels stand against the lines, for the admission layers.
+    pub pressure: crate::admission::Pressure,
+    /// The CPU enter line in force: min(learned knee, configured).
+    pub cpu_enter: f64,
+    /// The CPU exit line in force (moved down with the enter line, same band width).
+    pub cpu_exit: f64,
+    /// The knee the learner found, if any.
+    pub knee: Option<f64>,
 }
 
 impl Snapshot {
     /// The idle snapshot before the first sample: everything Normal.
     pub fn idle() -> Snapshot {
-        Snapshot { level: WaterLevel::default(), states: [State::Normal; 4], intensity: 0.0, delays: Delays::default() }
+        Snapshot {
+            level: WaterLevel::default(),
+            states: [State::Normal; 4],
+            intensity: 0.0,
+            delays: Delays::default(),
+            pressure: crate::admission::Pressure::default(),
+            cpu_enter: f64::NAN,
+            cpu_exit: f64::NAN,
+            knee: None,
+        }
     }
 }
 
@@ -139,6 +156,16 @@ impl ThrottleManager {
     /// The latest snapshot.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot.load_full()
+    }
+
+    /// The CPU level of the latest snapshot (for the knee learner).
+    pub fn snapshot_level_cpu(&self) -> f64 {
+        self.snapshot.load().level.cpu
+    }
+
+    /// The admission pressure of the latest snapshot.
+    pub fn pressure(&self) -> crate::admission::Pressure {
+        self.snapshot.load().pressure
     }
 
     /// Decides for a request of `signal` (None: unclassified path).

@@ -37,6 +37,8 @@ pub fn publish(s: &Snapshot, _c: &ThrottleConfig) {
     ::metrics::gauge!(WATER_LEVEL, "kind" => "cpu_slow").set(l.cpu_slow);
     ::metrics::gauge!(WATER_LEVEL, "kind" => "cpu_fast").set(l.cpu_fast);
     ::metrics::gauge!(WATER_LEVEL, "kind" => "mem").set(if l.mem_valid { l.mem } else { f64::NAN });
+    ::metrics::gauge!(WATER_LEVEL, "kind" => "cpu_enter_effective").set(s.cpu_enter);
+    ::metrics::gauge!(WATER_LEVEL, "kind" => "cpu_knee_learned").set(s.knee.unwrap_or(f64::NAN));
     for signal in Signal::ALL {
         ::metrics::gauge!(STATE, "record_type" => signal.as_str()).set(s.states[signal.index()] as u8 as f64);
     }

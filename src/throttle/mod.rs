@@ -18,6 +18,7 @@ pub mod sampler;
 pub mod slot;
 pub mod state;
 
+use crate::admission::{Admission, Ticket};
 use crate::config::ThrottleConfig;
 use manager::ThrottleManager;
 use std::cell::Cell;
@@ -74,6 +75,8 @@ pub fn uniform() -> f64 {
 pub struct Throttle {
     /// Shared by the adapters and the admin server.
     pub manager: Arc<ThrottleManager>,
+    /// The admission layers (seed 000), after the throttle's decision.
+    pub admission: Arc<AdmissionClock>,
     /// The cgroup reader (for `/debug/throttle`).
     pub reader: Option<cgroup::CgroupReader>,
     stop: watch::Sender<bool>,
@@ -87,10 +90,12 @@ impl Throttle {
         let (stop, stopped) = watch::channel(false);
         if !config.enabled {
             tracing::info!("throttle disabled: admitting everything, no sampler");
-            return Throttle { manager, reader: None, stop, task: None };
+            let admission = Arc::new(AdmissionClock::new(Admission::new(config, 1.0), false));
+            return Throttle { manager, admission, reader: None, stop, task: None };
         }
         let reader = cgroup::CgroupReader::discover(&config.cgroup_root, config.signal.fallback_cores);
         let cap = reader.cpu_capacity();
+        let admission = Arc::new(AdmissionClock::new(Admission::new(config, cap.cores), true));
         let mem = reader.memory();
         tracing::info!(
             layout = ?reader.layout(),
@@ -103,8 +108,9 @@ impl Throttle {
             tracing::info!("no cgroup memory limit found: the memory signal is invalid, CPU alone drives the throttle");
         }
         metrics::set_thresholds(config);
-        let task = tokio::spawn(sampler::run(Arc::clone(&manager), reader.clone(), config.clone(), stopped));
-        Throttle { manager, reader: Some(reader), stop, task: Some(task) }
+        let knee = admission.inner.knee.clone().map(|k| (k, admission.origin));
+        let task = tokio::spawn(sampler::run(Arc::clone(&manager), reader.clone(), config.clone(), knee, stopped));
+        Throttle { manager, admission, reader: Some(reader), stop, task: Some(task) }
     }
 
     /// Stops the sampler.
@@ -113,5 +119,50 @@ impl Throttle {
         if let Some(t) = self.task {
             let _ = t.await;
         }
+    }
+}
+
+/// The admission layers with their real-time clock: nanoseconds since `origin`.
+#[derive(Debug)]
+pub struct AdmissionClock {
+    /// The layers.
+    pub inner: Admission,
+    /// Time zero.
+    pub origin: std::time::Instant,
+    /// False when the throttle is disabled (then the layers are skipped).
+    pub enabled: bool,
+}
+
+impl AdmissionClock {
+    /// Wraps layers with a clock starting now.
+    pub fn new(inner: Admission, enabled: bool) -> Self {
+        AdmissionClock { inner, origin: std::time::Instant::now(), enabled }
+    }
+
+    /// Nanoseconds since `origin`.
+    pub fn now(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+}
+
+/// Calls [`Admission::done`] when dropped: when the response is ready, or when the
+/// request is cancelled, so in-flight never leaks.
+pub struct DoneGuard {
+    admission: Arc<AdmissionClock>,
+    ticket: Ticket,
+    manager: Arc<ThrottleManager>,
+}
+
+impl DoneGuard {
+    /// Guards an admitted request.
+    pub fn new(admission: Arc<AdmissionClock>, ticket: Ticket, manager: Arc<ThrottleManager>) -> Self {
+        DoneGuard { admission, ticket, manager }
+    }
+}
+
+impl Drop for DoneGuard {
+    fn drop(&mut self) {
+        let cpu = self.manager.snapshot_level_cpu();
+        self.admission.inner.done(self.ticket, self.admission.now(), cpu);
     }
 }

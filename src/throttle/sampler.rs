@@ -56,6 +56,8 @@ pub struct Stepper {
     cpu: CpuSignal,
     machines: [RecordState; 4],
     config: ThrottleConfig,
+    knee: Option<Arc<crate::admission::knee::KneeLearner>>,
+    origin: Instant,
 }
 
 /// One sample's raw readings.
@@ -76,11 +78,19 @@ pub struct Readings {
 impl Stepper {
     /// Fresh machines, all Normal.
     pub fn new(config: &ThrottleConfig) -> Self {
+        Self::with_knee(config, None, Instant::now())
+    }
+
+    /// With a knee learner whose line lowers the CPU enter line; `origin` is the time
+    /// base the learner's clock counts from.
+    pub fn with_knee(config: &ThrottleConfig, knee: Option<Arc<crate::admission::knee::KneeLearner>>, origin: Instant) -> Self {
         let slots = || vec![StateSlot::new(config.thresholds.cpu), StateSlot::new(config.thresholds.mem)];
         Stepper {
             cpu: CpuSignal::new(config.signal.cpu_slow_beta, config.signal.cpu_fast_beta),
             machines: [RecordState::new(slots()), RecordState::new(slots()), RecordState::new(slots()), RecordState::new(slots())],
             config: config.clone(),
+            knee,
+            origin,
         }
     }
 
@@ -109,10 +119,36 @@ impl Stepper {
             mem_working_set_bytes: r.mem_working_set.unwrap_or(0),
             mem_limit_bytes: r.mem_limit,
         };
+        // The knee learner may pull the CPU enter line down (never up); the exit line
+        // follows so the hysteresis band keeps its width.
+        let c = self.config.thresholds.cpu;
+        let knee = self.knee.as_ref().and_then(|k| k.knee(now.saturating_duration_since(self.origin).as_nanos() as u64));
+        let cpu_enter = knee.map_or(c.enter, |k| k.min(c.enter));
+        let cpu_exit = c.exit.min(cpu_enter - (c.enter - c.exit)).max(0.0);
+        for m in &mut self.machines {
+            m.set_lines(0, cpu_enter, cpu_exit);
+        }
         let inputs = [SlotInput { slow: cpu_slow, fast: cpu_fast, valid: cpu_valid }, SlotInput { slow: mem, fast: mem, valid: mem_valid }];
         let states = Signal::ALL.map(|s| self.machines[s.index()].step(&inputs));
         let intensity = self.machines[0].intensity(&inputs);
-        Snapshot { level, states, intensity, delays: super::retry::derive_delays(&self.config, &level) }
+        let m = self.config.thresholds.mem;
+        let cpu_on = c.enabled && cpu_valid;
+        let mem_on = m.enabled && mem_valid;
+        let pressure = crate::admission::Pressure {
+            above_exit: (cpu_on && cpu_slow > cpu_exit) || (mem_on && mem > m.exit),
+            above_enter: (cpu_on && cpu_slow > cpu_enter) || (mem_on && mem > m.enter),
+            cpu,
+        };
+        Snapshot {
+            level,
+            states,
+            intensity,
+            delays: super::retry::derive_delays(&self.config, &level),
+            pressure,
+            cpu_enter,
+            cpu_exit,
+            knee,
+        }
     }
 }
 
@@ -121,9 +157,13 @@ pub async fn run(
     manager: Arc<ThrottleManager>,
     reader: CgroupReader,
     config: ThrottleConfig,
+    knee: Option<(Arc<crate::admission::knee::KneeLearner>, Instant)>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut stepper = Stepper::new(&config);
+    let mut stepper = match knee {
+        Some((k, origin)) => Stepper::with_knee(&config, Some(k), origin),
+        None => Stepper::new(&config),
+    };
     let mut ticker = tokio::time::interval(config.sample_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last: Option<Instant> = None;

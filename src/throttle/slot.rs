@@ -80,6 +80,13 @@ impl StateSlot {
         self.exit_hits = 0;
     }
 
+    /// Moves the enter and exit lines (the knee learner lowers the CPU enter line),
+    /// keeping the counters.
+    pub fn set_lines(&mut self, enter: f64, exit: f64) {
+        self.cfg.enter = enter;
+        self.cfg.exit = exit;
+    }
+
     /// The slot's configuration.
     pub fn config(&self) -> &SlotConfig {
         &self.cfg

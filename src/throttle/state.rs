@@ -84,6 +84,13 @@ impl RecordState {
         self.state
     }
 
+    /// Moves slot `idx`'s enter and exit lines.
+    pub fn set_lines(&mut self, idx: usize, enter: f64, exit: f64) {
+        if let Some(s) = self.slots.get_mut(idx) {
+            s.set_lines(enter, exit);
+        }
+    }
+
     /// t = max over active slots of slow's position between enter and hard.
     pub fn intensity(&self, inputs: &[SlotInput]) -> f64 {
         self.slots.iter().zip(inputs).map(|(s, i)| s.ratio(i.slow, i.valid)).fold(0.0, f64::max)

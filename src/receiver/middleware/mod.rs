@@ -181,6 +181,8 @@ pub struct HttpContext {
     pub max_request_body_bytes: usize,
     /// The throttle's decision maker.
     pub throttle: Arc<ThrottleManager>,
+    /// The admission layers.
+    pub admission: Arc<crate::throttle::AdmissionClock>,
     /// Route → record type, filled by the receivers.
     pub routes: Arc<RouteRegistry>,
 }
@@ -207,9 +209,12 @@ pub fn apply_http(
                 listener.max_conns = Some(*limit);
                 router
             }
-            MiddlewareSpec::Throttle => {
-                router.layer(ThrottleLayer::new(Arc::clone(&ctx.throttle), Arc::clone(&ctx.routes), ServerKind::Http))
-            }
+            MiddlewareSpec::Throttle => router.layer(ThrottleLayer::new(
+                Arc::clone(&ctx.throttle),
+                Arc::clone(&ctx.admission),
+                Arc::clone(&ctx.routes),
+                ServerKind::Http,
+            )),
         };
     }
     if let Some(auth) = auth {
@@ -258,9 +263,12 @@ pub fn apply_grpc(
                 listener.max_conns = Some(*limit);
                 router
             }
-            MiddlewareSpec::Throttle => {
-                router.layer(ThrottleLayer::new(Arc::clone(&ctx.throttle), Arc::clone(&ctx.routes), ServerKind::Grpc))
-            }
+            MiddlewareSpec::Throttle => router.layer(ThrottleLayer::new(
+                Arc::clone(&ctx.throttle),
+                Arc::clone(&ctx.admission),
+                Arc::clone(&ctx.routes),
+                ServerKind::Grpc,
+            )),
             // Applied by tonic per service (see grpc_settings); cors is refused at parse.
             MiddlewareSpec::ContentDecompressor | MiddlewareSpec::MaxBytes { .. } | MiddlewareSpec::Cors { .. } => router,
         };

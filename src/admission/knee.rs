@@ -1,0 +1,182 @@
+//! The CPU-vs-P99 knee learner (seed 000 §9): per 5% CPU bucket a ring of recent
+//! request latencies; P99 per bucket with enough samples; the first bucket whose P99
+//! rises more than `knee_ratio` over the previous valid one is the knee. The throttle's
+//! effective CPU enter line becomes min(learned, configured).
+//!
+//! Guard rails (rather under-limit than mis-limit): a rise must also exceed
+//! `min_delta_ms` in absolute terms (sub-millisecond noise is no knee), and the learned
+//! line never goes below `min_cpu`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// CPU buckets of 5%: 0-5%, …, 95-100% (and above, clamped into the last).
+pub const BUCKETS: usize = 20;
+/// Latencies kept per bucket.
+pub const RING: usize = 64;
+/// Samples a bucket needs before its P99 counts.
+pub const MIN_SAMPLES: usize = 8;
+
+#[derive(Debug, Clone, Copy)]
+struct Ring {
+    values: [f32; RING],
+    len: usize,
+    next: usize,
+}
+
+impl Default for Ring {
+    fn default() -> Self {
+        Ring { values: [0.0; RING], len: 0, next: 0 }
+    }
+}
+
+/// One bucket's learned figure, for `/debug/throttle` and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct BucketProfile {
+    /// Lower CPU bound of the bucket.
+    pub cpu: f64,
+    /// P99 latency (ms).
+    pub p99_ms: f64,
+    /// Samples held.
+    pub samples: usize,
+}
+
+/// The learner.
+#[derive(Debug)]
+pub struct KneeLearner {
+    rings: Mutex<[Ring; BUCKETS]>,
+    knee_ratio: f64,
+    min_delta_ms: f64,
+    min_cpu: f64,
+    recompute_nanos: u64,
+    /// f64 bits of the learned knee; NaN = none yet.
+    learned: AtomicU64,
+    last_compute: AtomicU64,
+}
+
+impl KneeLearner {
+    /// A learner with the given rules.
+    pub fn new(knee_ratio: f64, min_delta_ms: f64, min_cpu: f64, recompute_nanos: u64) -> Self {
+        KneeLearner {
+            rings: Mutex::new([Ring::default(); BUCKETS]),
+            knee_ratio,
+            min_delta_ms,
+            min_cpu,
+            recompute_nanos,
+            learned: AtomicU64::new(f64::NAN.to_bits()),
+            last_compute: AtomicU64::new(0),
+        }
+    }
+
+    /// Records one completed request: the CPU level when it ran and its latency.
+    pub fn record(&self, cpu: f64, latency_ms: f64) {
+        if !(cpu.is_finite() && latency_ms.is_finite()) {
+            return;
+        }
+        // The epsilon keeps 0.6 in the 60% bucket despite 0.6 / 0.05 = 11.999….
+        let idx = ((cpu.max(0.0) / 0.05 + 1e-9) as usize).min(BUCKETS - 1);
+        let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        let r = &mut rings[idx];
+        r.values[r.next] = latency_ms as f32;
+        r.next = (r.next + 1) % RING;
+        r.len = (r.len + 1).min(RING);
+    }
+
+    /// The learned knee, recomputed when `recompute` has passed since the last time.
+    pub fn knee(&self, now: u64) -> Option<f64> {
+        let last = self.last_compute.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= self.recompute_nanos || last == 0 {
+            self.last_compute.store(now.max(1), Ordering::Relaxed);
+            let k = self.compute().0.unwrap_or(f64::NAN);
+            self.learned.store(k.to_bits(), Ordering::Relaxed);
+        }
+        let v = f64::from_bits(self.learned.load(Ordering::Relaxed));
+        (!v.is_nan()).then_some(v)
+    }
+
+    /// The last learned knee without recomputing.
+    pub fn current(&self) -> Option<f64> {
+        let v = f64::from_bits(self.learned.load(Ordering::Relaxed));
+        (!v.is_nan()).then_some(v)
+    }
+
+    /// Recomputes: (knee, profile of valid buckets). Allocation-free apart from the
+    /// returned profile.
+    pub fn compute(&self) -> (Option<f64>, Vec<BucketProfile>) {
+        let rings = *self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        let mut profile = Vec::new();
+        for (i, r) in rings.iter().enumerate() {
+            if r.len < MIN_SAMPLES {
+                continue;
+            }
+            let mut v = r.values;
+            let s = &mut v[..r.len];
+            s.sort_unstable_by(|a, b| a.total_cmp(b));
+            let rank = ((0.99 * r.len as f64).ceil() as usize).clamp(1, r.len) - 1;
+            profile.push(BucketProfile { cpu: i as f64 / 20.0, p99_ms: f64::from(s[rank]), samples: r.len });
+        }
+        let mut knee = None;
+        for w in profile.windows(2) {
+            let (prev, curr) = (w[0], w[1]);
+            let rise = curr.p99_ms - prev.p99_ms;
+            if prev.p99_ms > 0.0 && rise / prev.p99_ms > self.knee_ratio && rise >= self.min_delta_ms {
+                knee = Some(curr.cpu.max(self.min_cpu));
+                break;
+            }
+        }
+        (knee, profile)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fill(k: &KneeLearner, cpu: f64, ms: f64) {
+        for i in 0..RING {
+            k.record(cpu, ms + (i % 4) as f64 * 0.1);
+        }
+    }
+
+    #[test]
+    fn finds_the_first_nonlinear_rise() {
+        // The seed's example: P99 8 ms at 30%, 19 ms at 50% (+137%) → knee 50%.
+        let k = KneeLearner::new(0.5, 1.0, 0.3, 5_000_000_000);
+        fill(&k, 0.31, 8.0);
+        fill(&k, 0.52, 19.0);
+        fill(&k, 0.71, 39.0);
+        fill(&k, 0.86, 273.0);
+        let (knee, profile) = k.compute();
+        assert_eq!(profile.len(), 4);
+        assert!((knee.unwrap() - 0.5).abs() < 1e-9, "{knee:?}");
+    }
+
+    #[test]
+    fn noise_and_floor_guard_rails() {
+        // Sub-millisecond jitter is not a knee even when the ratio is large.
+        let k = KneeLearner::new(0.5, 1.0, 0.5, 0);
+        fill(&k, 0.1, 0.2);
+        fill(&k, 0.2, 0.5);
+        assert_eq!(k.compute().0, None);
+        // A real rise at 20% is clamped to the 50% floor.
+        fill(&k, 0.25, 30.0);
+        assert_eq!(k.compute().0, Some(0.5));
+        // Too few samples: the bucket does not count.
+        let k = KneeLearner::new(0.5, 1.0, 0.5, 0);
+        fill(&k, 0.6, 5.0);
+        for _ in 0..MIN_SAMPLES - 1 {
+            k.record(0.8, 500.0);
+        }
+        assert_eq!(k.compute().0, None);
+    }
+
+    #[test]
+    fn recomputes_at_most_every_interval() {
+        let k = KneeLearner::new(0.5, 1.0, 0.3, 5_000_000_000);
+        assert_eq!(k.knee(1), None);
+        fill(&k, 0.4, 5.0);
+        fill(&k, 0.6, 50.0);
+        assert_eq!(k.knee(1_000_000_000), None, "cached until 5 s passed");
+        assert_eq!(k.knee(5_000_000_001), Some(0.6));
+    }
+}

@@ -1,0 +1,261 @@
+//! Admission layers (seed 000), evaluated after the throttle's decision and before the
+//! body is read, short-circuiting in this order:
+//!
+//! 1. in-flight hard cap (`max_inflight_per_core`, off by default; never gated);
+//! 2. slow start: after a cold start, or when fewer than 30% of the pass window's
+//!    buckets saw traffic, the admitted rate follows init + (target − init)(1 − e^(−4p));
+//! 3. burst damping: when arrivals exceed `ratio` × the pass baseline, the rate is capped
+//!    at the baseline and recovers along the same curve (only once slow start finished);
+//! 4. BBR: Little's law gives maxInFlight = maxPass × minRT × buckets/s / 1000; refuse
+//!    when a water level is above its enter line and in-flight exceeds it, then keep
+//!    checking for a 1 s cool-off.
+//!
+//! Principle (seed 000, "rather under-limit than mis-limit"): layers 2-4 refuse only while
+//! some water level is above its exit line. On an idle machine nothing is refused, however
+//! odd the windows look. A property test holds the code to that.
+//!
+//! Time is injected (nanoseconds since an origin), so the simulator and tests are exact.
+
+pub mod knee;
+pub mod window;
+
+use crate::config::ThrottleConfig;
+use knee::KneeLearner;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
+use window::RollingWindow;
+
+/// Which layer refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    /// The in-flight hard cap.
+    InflightCap,
+    /// Slow start.
+    SlowStart,
+    /// Burst damping.
+    BurstDamping,
+    /// The BBR concurrency limit.
+    Bbr,
+}
+
+impl Layer {
+    /// The `reason` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layer::InflightCap => "inflight_cap",
+            Layer::SlowStart => "slow_start",
+            Layer::BurstDamping => "burst_damping",
+            Layer::Bbr => "bbr",
+        }
+    }
+}
+
+/// What the layers need from the water levels (computed by the sampler).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Pressure {
+    /// Some active slot's slow level is above its exit line.
+    pub above_exit: bool,
+    /// Some active slot's slow level is above its (effective) enter line.
+    pub above_enter: bool,
+    /// The CPU level now (for the knee learner).
+    pub cpu: f64,
+}
+
+/// Proof of admission; hand it back to [`Admission::done`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ticket {
+    /// When it was admitted.
+    pub start: u64,
+}
+
+const SEC: u64 = 1_000_000_000;
+
+#[derive(Debug)]
+struct State {
+    arrival: RollingWindow,
+    pass: RollingWindow,
+    rt: RollingWindow,
+    /// Slow start: start of the current ramp, if ramping.
+    warmup_start: Option<u64>,
+    warmup_done_once: bool,
+    last_sparse_check: u64,
+    /// Damping: (start, baseline rate) while active.
+    damping: Option<(u64, f64)>,
+    /// Admissions in the current second, for the rate caps.
+    second: u64,
+    admitted_this_second: f64,
+    last_drop: Option<u64>,
+}
+
+/// The layers, one instance per server process.
+#[derive(Debug)]
+pub struct Admission {
+    cfg: ThrottleConfig,
+    cap: Option<i64>,
+    inflight: AtomicI64,
+    state: Mutex<State>,
+    /// The knee learner (shared with the sampler, which applies the learned line).
+    pub knee: Option<std::sync::Arc<KneeLearner>>,
+}
+
+/// The saturating ramp: init + (target − init)(1 − e^(−4p)).
+pub fn ramp(init: f64, target: f64, progress: f64) -> f64 {
+    init + (target - init).max(0.0) * (1.0 - (-4.0 * progress.clamp(0.0, 1.0)).exp())
+}
+
+impl Admission {
+    /// Layers for `cores` effective cores, from the throttle config.
+    pub fn new(cfg: &ThrottleConfig, cores: f64) -> Self {
+        let b = &cfg.bbr;
+        let bucket = (b.window.as_nanos() as u64 / b.buckets as u64).max(1);
+        let knee = cfg.knee.enabled.then(|| {
+            std::sync::Arc::new(KneeLearner::new(
+                cfg.knee.knee_ratio,
+                cfg.knee.min_delta_ms,
+                cfg.knee.min_cpu,
+                cfg.knee.recompute.as_nanos() as u64,
+            ))
+        });
+        Admission {
+            cap: (cfg.max_inflight_per_core > 0.0).then(|| (cfg.max_inflight_per_core * cores).ceil().max(1.0) as i64),
+            inflight: AtomicI64::new(0),
+            state: Mutex::new(State {
+                // Arrivals: 5 s in 50 buckets (seed 000); pass and RT: the BBR window.
+                arrival: RollingWindow::new(50, SEC / 10),
+                pass: RollingWindow::new(b.buckets, bucket),
+                rt: RollingWindow::new(b.buckets, bucket),
+                warmup_start: cfg.slow_start.enabled.then_some(0),
+                warmup_done_once: !cfg.slow_start.enabled,
+                last_sparse_check: 0,
+                damping: None,
+                second: 0,
+                admitted_this_second: 0.0,
+                last_drop: None,
+            }),
+            knee,
+            cfg: cfg.clone(),
+        }
+    }
+
+    /// Requests admitted and not yet done.
+    pub fn inflight(&self) -> i64 {
+        self.inflight.load(Ordering::Relaxed)
+    }
+
+    /// Decides for one request at `now`.
+    pub fn admit(&self, now: u64, p: Pressure) -> Result<Ticket, Layer> {
+        let inflight = self.inflight.load(Ordering::Relaxed);
+        if let Some(cap) = self.cap {
+            if inflight >= cap {
+                return Err(Layer::InflightCap);
+            }
+        }
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.arrival.add(now, 1.0);
+        let sec = now / SEC;
+        if sec != st.second {
+            st.second = sec;
+            st.admitted_this_second = 0.0;
+        }
+        let verdict = self.layers(&mut st, now, p, inflight);
+        if verdict.is_ok() {
+            st.admitted_this_second += 1.0;
+            drop(st);
+            self.inflight.fetch_add(1, Ordering::Relaxed);
+        }
+        verdict.map(|()| Ticket { start: now })
+    }
+
+    fn layers(&self, st: &mut State, now: u64, p: Pressure, inflight: i64) -> Result<(), Layer> {
+        let arrival_rate = st.arrival.max_sum(now) * st.arrival.buckets_per_second();
+        // 2. Slow start, re-entered when the pass window has gone sparse.
+        let ss = &self.cfg.slow_start;
+        if ss.enabled {
+            if st.warmup_start.is_none() && now.saturating_sub(st.last_sparse_check) >= SEC / 10 {
+                st.last_sparse_check = now;
+                let active = st.pass.active_buckets(now) as f64 / st.pass.size() as f64;
+                if active < 0.3 {
+                    st.warmup_start = Some(now);
+                }
+            }
+            if let Some(start) = st.warmup_start {
+                let progress = (now - start) as f64 / ss.duration.as_nanos() as f64;
+                if progress >= 1.0 {
+                    st.warmup_start = None;
+                    st.warmup_done_once = true;
+                } else {
+                    let allowed = ramp(ss.initial_rate, arrival_rate.max(ss.initial_rate), progress);
+                    if p.above_exit && st.admitted_this_second >= allowed {
+                        return Err(Layer::SlowStart);
+                    }
+                }
+            }
+        }
+        // 3. Burst damping, only once slow start has finished (it needs a baseline).
+        let bd = &self.cfg.burst_damping;
+        if bd.enabled && st.warmup_done_once && st.warmup_start.is_none() {
+            let baseline = st.pass.max_sum(now) * st.pass.buckets_per_second();
+            let duration = (ss.duration / 2).max(std::time::Duration::from_secs(5)).as_nanos() as f64;
+            if st.damping.is_none() && baseline > 0.0 && arrival_rate > bd.ratio * baseline {
+                st.damping = Some((now, baseline));
+            }
+            if let Some((start, base)) = st.damping {
+                let progress = (now - start) as f64 / duration;
+                if progress >= 1.0 {
+                    st.damping = None;
+                } else if p.above_exit && st.admitted_this_second >= ramp(base, base * bd.ratio, progress) {
+                    return Err(Layer::BurstDamping);
+                }
+            }
+        }
+        // 4. BBR.
+        if self.cfg.bbr.enabled {
+            let max_pass = st.pass.max_sum(now);
+            if let Some(min_rt_ms) = st.rt.min_avg(now) {
+                let max_inflight = (max_pass * min_rt_ms.max(1e-3) * st.pass.buckets_per_second() / 1000.0).ceil() as i64;
+                let over = inflight > max_inflight.max(1);
+                if p.above_enter && over {
+                    st.last_drop = Some(now);
+                    return Err(Layer::Bbr);
+                }
+                let cooling = st.last_drop.is_some_and(|d| now.saturating_sub(d) <= self.cfg.bbr.cool_off.as_nanos() as u64);
+                if cooling && p.above_exit && inflight > 1 && over {
+                    return Err(Layer::Bbr);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a finished request: in-flight down, pass and RT windows, knee sample.
+    pub fn done(&self, ticket: Ticket, now: u64, cpu: f64) {
+        self.inflight.fetch_sub(1, Ordering::Relaxed);
+        let rt_ms = now.saturating_sub(ticket.start) as f64 / 1e6;
+        {
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.pass.add(now, 1.0);
+            st.rt.add(now, rt_ms);
+        }
+        if let Some(k) = &self.knee {
+            k.record(cpu, rt_ms);
+        }
+    }
+
+    /// Current BBR estimate (for /debug/throttle): (max in-flight, in-flight).
+    pub fn bbr_estimate(&self, now: u64) -> (Option<i64>, i64) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let max_pass = st.pass.max_sum(now);
+        let bps = st.pass.buckets_per_second();
+        let est = st.rt.min_avg(now).map(|rt| (max_pass * rt.max(1e-3) * bps / 1000.0).ceil() as i64);
+        (est, self.inflight())
+    }
+
+    /// Whether slow start is ramping / damping is active (for /debug/throttle).
+    pub fn phases(&self) -> (bool, bool) {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        (st.warmup_start.is_some(), st.damping.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,164 @@
+//! Unit and property tests of the layers, with explicit time.
+
+use super::*;
+use proptest::prelude::*;
+use std::time::Duration;
+
+const MS: u64 = 1_000_000;
+const HOT: Pressure = Pressure { above_exit: true, above_enter: true, cpu: 0.95 };
+const COOL: Pressure = Pressure { above_exit: false, above_enter: false, cpu: 0.2 };
+
+fn cfg() -> ThrottleConfig {
+    ThrottleConfig::default()
+}
+
+#[test]
+fn ramp_is_saturating() {
+    assert_eq!(ramp(200.0, 1000.0, 0.0), 200.0);
+    assert!((ramp(200.0, 1000.0, 1.0) - (200.0 + 800.0 * (1.0 - (-4.0f64).exp()))).abs() < 1e-9);
+    assert!(ramp(200.0, 1000.0, 1.0) > 980.0, "~98% at the end");
+    assert!(ramp(200.0, 1000.0, 0.25) - 200.0 > (ramp(200.0, 1000.0, 1.0) - ramp(200.0, 1000.0, 0.75)), "fast first, slow later");
+}
+
+#[test]
+fn hard_cap_refuses_even_when_cool() {
+    let c = ThrottleConfig { max_inflight_per_core: 2.0, ..cfg() };
+    let a = Admission::new(&c, 1.5); // cap = ceil(3.0) = 3
+    let t: Vec<_> = (0..3).map(|i| a.admit(i * MS, COOL).unwrap()).collect();
+    assert_eq!(a.admit(5 * MS, COOL), Err(Layer::InflightCap));
+    a.done(t[0], 6 * MS, 0.1);
+    assert!(a.admit(7 * MS, COOL).is_ok());
+}
+
+#[test]
+fn slow_start_caps_the_rate_only_when_hot() {
+    let mut c = cfg();
+    c.bbr.enabled = false;
+    c.burst_damping.enabled = false;
+    c.slow_start.initial_rate = 100.0;
+    c.slow_start.duration = Duration::from_secs(10);
+    let a = Admission::new(&c, 1.0);
+    // Cool: 1000 requests in the first second all pass.
+    for i in 0..1000 {
+        assert!(a.admit(i * MS, COOL).is_ok());
+    }
+    // Hot in the next second: only the ramp's rate passes (target = the 1000/s demand;
+    // progress goes from 0.1 to 0.2 during that second).
+    let passed = (0..1000).filter(|i| a.admit(SEC + i * MS, HOT).is_ok()).count() as f64;
+    let (lo, hi) = (ramp(100.0, 1000.0, 0.1), ramp(100.0, 1000.0, 0.2));
+    assert!(passed >= lo && passed <= hi + 1.0, "passed {passed}, ramp between {lo} and {hi}");
+    // Keep traffic flowing (with completions) until the ramp is over: then no limit.
+    let mut now = 2 * SEC;
+    while now < 11 * SEC {
+        let t = a.admit(now, COOL).unwrap();
+        a.done(t, now + MS, 0.3);
+        now += 5 * MS;
+    }
+    let later = 11 * SEC;
+    for i in 0..500 {
+        assert!(a.admit(later + i * MS, HOT).is_ok(), "after warmup");
+    }
+}
+
+#[test]
+fn idle_gap_re_enters_slow_start() {
+    let mut c = cfg();
+    c.bbr.enabled = false;
+    c.burst_damping.enabled = false;
+    c.slow_start.duration = Duration::from_secs(2);
+    let a = Admission::new(&c, 1.0);
+    c.slow_start.duration = Duration::from_secs(30);
+    let a30 = Admission::new(&c, 1.0);
+    // Steady traffic for 12 s: warmup ends, pass window full.
+    let mut now = 0;
+    while now < 35 * SEC {
+        for adm in [&a, &a30] {
+            let t = adm.admit(now, COOL).unwrap();
+            adm.done(t, now + MS, 0.3);
+        }
+        now += 10 * MS;
+    }
+    assert!(!a.phases().0 && !a30.phases().0);
+    // A minute of silence, then a hot burst: slow start again, capped near its start.
+    let burst = now + 60 * SEC;
+    let passed = (0..1000).filter(|i| a30.admit(burst + i * 100_000, HOT).is_ok()).count();
+    assert!(a30.phases().0, "ramping again");
+    assert!(passed < 1000 && passed >= c.slow_start.initial_rate as usize, "{passed}");
+}
+
+#[test]
+fn burst_damping_caps_a_sudden_burst_then_recovers() {
+    let mut c = cfg();
+    c.bbr.enabled = false;
+    c.slow_start.duration = Duration::from_secs(1);
+    let a = Admission::new(&c, 1.0);
+    // 100 req/s for 12 s (slow start done, baseline = 100/s).
+    let mut now = 0;
+    while now < 12 * SEC {
+        let t = a.admit(now, COOL).unwrap();
+        a.done(t, now + MS, 0.3);
+        now += 10 * MS;
+    }
+    // 10× burst, hot: damped near the baseline in the first second.
+    let start = 13 * SEC;
+    let passed = (0..1000).filter(|i| a.admit(start + i * MS, HOT).is_ok()).count();
+    assert!(a.phases().1, "damping active");
+    assert!(passed < 400, "damped: {passed}");
+    // Recovering along the curve: a later second admits more than the first.
+    let later = start + 3 * SEC;
+    let passed_later = (0..1000).filter(|i| a.admit(later + i * MS, HOT).is_ok()).count();
+    assert!(passed_later > passed, "{passed_later} > {passed}");
+    // And never while cool.
+    let cool = (0..1000).filter(|i| a.admit(later + SEC + i * MS, COOL).is_ok()).count();
+    assert_eq!(cool, 1000);
+}
+
+#[test]
+fn bbr_refuses_over_littles_law_only_when_overloaded() {
+    let mut c = cfg();
+    c.slow_start.enabled = false;
+    c.burst_damping.enabled = false;
+    let a = Admission::new(&c, 1.0);
+    // 10 passes per 100 ms bucket, 10 ms each: maxInFlight = 10 * 10 * 10 / 1000 = 1.
+    let mut now = 0;
+    while now < 2 * SEC {
+        let t = a.admit(now, COOL).unwrap();
+        a.done(t, now + 10 * MS, 0.5);
+        now += 10 * MS;
+    }
+    assert_eq!(a.bbr_estimate(now).0, Some(1));
+    let held: Vec<_> = (0..5).map(|_| a.admit(now, COOL).unwrap()).collect();
+    assert_eq!(held.len(), 5, "cool: in-flight over the estimate is fine");
+    assert_eq!(a.admit(now, HOT), Err(Layer::Bbr));
+    // Cool-off: above exit but below enter still refuses for 1 s.
+    let band = Pressure { above_exit: true, above_enter: false, cpu: 0.75 };
+    assert_eq!(a.admit(now + 500 * MS, band), Err(Layer::Bbr));
+    assert!(a.admit(now + 1500 * MS, band).is_ok(), "after the cool-off");
+    for t in held {
+        a.done(t, now + 2 * SEC, 0.5);
+    }
+}
+
+proptest! {
+    /// While every water level is below its exit line, no adaptive layer refuses,
+    /// whatever the traffic pattern (the hard cap is off by default).
+    #[test]
+    fn nothing_is_refused_below_the_exit_lines(
+        gaps in proptest::collection::vec(0u64..3_000, 1..400),
+        hold in proptest::collection::vec(0u64..5_000, 1..400),
+        slow_start_ms in 100u64..60_000,
+    ) {
+        let mut c = cfg();
+        c.slow_start.duration = Duration::from_millis(slow_start_ms);
+        let a = Admission::new(&c, 2.0);
+        let mut now = 0u64;
+        let mut pending: Vec<(u64, Ticket)> = Vec::new();
+        for (i, gap) in gaps.iter().enumerate() {
+            now += gap * MS / 10;
+            pending.retain(|(at, t)| if *at <= now { a.done(*t, *at, 0.3); false } else { true });
+            let t = a.admit(now, COOL);
+            prop_assert!(t.is_ok(), "refused at {now} with everything below exit");
+            pending.push((now + hold[i % hold.len()] * MS / 10, t.unwrap()));
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! The admission layers of seed 000 under `receiver.throttle`: in-flight hard cap, slow
+//! start, burst damping, BBR concurrency limit and the CPU knee learner.
+
+use super::ConfigError;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Slow start: after a cold start or a long idle gap, the admitted rate follows
+/// init + (target − init)·(1 − e^(−4·progress)) over `duration`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SlowStartConfig {
+    /// On or off.
+    pub enabled: bool,
+    /// Length of the ramp.
+    #[serde(with = "humantime_serde")]
+    pub duration: Duration,
+    /// Requests per second admitted at the start of the ramp.
+    pub initial_rate: f64,
+}
+
+/// Burst damping: when arrivals exceed `ratio` × the pass baseline, cap the rate and
+/// recover along the slow-start curve over half the slow-start duration (at least 5 s).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BurstDampingConfig {
+    /// On or off.
+    pub enabled: bool,
+    /// Arrival / baseline ratio that triggers damping.
+    pub ratio: f64,
+}
+
+/// BBR: maxInFlight = maxPass × minRT × buckets per second / 1000 (Little's law).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BbrConfig {
+    /// On or off.
+    pub enabled: bool,
+    /// Length of the pass and RT windows.
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+    /// Buckets in those windows.
+    pub buckets: usize,
+    /// After a rejection, keep checking in-flight for this long (while above exit).
+    #[serde(with = "humantime_serde")]
+    pub cool_off: Duration,
+}
+
+/// The CPU-vs-P99 knee learner.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KneeConfig {
+    /// On or off.
+    pub enabled: bool,
+    /// A P99 rise over the previous CPU bucket above this ratio is the knee.
+    pub knee_ratio: f64,
+    /// …and above this many milliseconds (noise guard).
+    pub min_delta_ms: f64,
+    /// The learned line never goes below this CPU level.
+    pub min_cpu: f64,
+    /// Recompute at most this often.
+    #[serde(with = "humantime_serde")]
+    pub recompute: Duration,
+}
+
+impl Default for SlowStartConfig {
+    fn default() -> Self {
+        SlowStartConfig { enabled: true, duration: Duration::from_secs(30), initial_rate: 200.0 }
+    }
+}
+impl Default for BurstDampingConfig {
+    fn default() -> Self {
+        BurstDampingConfig { enabled: true, ratio: 3.0 }
+    }
+}
+impl Default for BbrConfig {
+    fn default() -> Self {
+        BbrConfig { enabled: true, window: Duration::from_secs(10), buckets: 100, cool_off: Duration::from_secs(1) }
+    }
+}
+impl Default for KneeConfig {
+    fn default() -> Self {
+        KneeConfig { enabled: true, knee_ratio: 0.5, min_delta_ms: 1.0, min_cpu: 0.5, recompute: Duration::from_secs(5) }
+    }
+}
+
+/// Validates the admission keys under `prefix` (`receiver.throttle`).
+pub fn validate(
+    prefix: &str,
+    s: &SlowStartConfig,
+    d: &BurstDampingConfig,
+    b: &BbrConfig,
+    k: &KneeConfig,
+    cap: f64,
+) -> Result<(), ConfigError> {
+    let key = |k: &str| format!("{prefix}.{k}");
+    if !(cap >= 0.0 && cap.is_finite()) {
+        return Err(ConfigError::invalid(key("max_inflight_per_core"), "must be >= 0 (0 = off)"));
+    }
+    if s.duration.is_zero() {
+        return Err(ConfigError::invalid(key("slow_start.duration"), "must be > 0"));
+    }
+    if !(s.initial_rate > 0.0 && s.initial_rate.is_finite()) {
+        return Err(ConfigError::invalid(key("slow_start.initial_rate"), "must be > 0"));
+    }
+    if !(d.ratio > 1.0 && d.ratio.is_finite()) {
+        return Err(ConfigError::invalid(key("burst_damping.ratio"), "must be > 1"));
+    }
+    if b.buckets < 2 || b.buckets > 10_000 {
+        return Err(ConfigError::invalid(key("bbr.buckets"), "must be in [2, 10000]"));
+    }
+    if b.window < Duration::from_millis(b.buckets as u64) {
+        return Err(ConfigError::invalid(key("bbr.window"), "must give buckets of at least 1ms"));
+    }
+    if !(k.knee_ratio > 0.0) || k.min_delta_ms < 0.0 || !(0.0..=2.0).contains(&k.min_cpu) || k.recompute.is_zero() {
+        return Err(ConfigError::invalid(key("knee"), "need knee_ratio > 0, min_delta_ms >= 0, 0 <= min_cpu <= 2, recompute > 0"));
+    }
+    Ok(())
+}
