@@ -24,6 +24,22 @@ fn bench(c: &mut Criterion) {
     g.bench_function("shedding/classify+decide", |b| b.iter(|| manager.decide(routes.classify(black_box("/v1/logs")))));
     let rule = *manager.rule(Signal::Logs);
     g.bench_function("shedding/pure_decide", |b| b.iter(|| decide(&config, &rule, black_box(&shedding), Signal::Logs, black_box(0.4))));
+    // The whole admission path of one request: classify, throttle decision, every
+    // admission layer (hot, so each layer does its checks), and the completion.
+    let admission = weir::admission::Admission::new(&config, 2.0);
+    let hot = weir::admission::Pressure { above_exit: true, above_enter: true, cpu: 0.9 };
+    manager.publish(Snapshot::idle());
+    let mut now = 0u64;
+    g.bench_function("full/classify+decide+layers+done", |b| {
+        b.iter(|| {
+            now += 50_000;
+            let signal = routes.classify(black_box("/v1/logs"));
+            let d = manager.decide(signal);
+            if let (weir::throttle::manager::Decision::Admit(_), Ok(t)) = (d, admission.admit(now, hot)) {
+                admission.done(t, now + 10_000, 0.9);
+            }
+        })
+    });
     g.finish();
 }
 

@@ -14,6 +14,7 @@ pub mod otlp;
 pub mod pipeline;
 pub mod receiver;
 pub mod signal;
+pub mod sim;
 pub mod telemetry;
 pub mod throttle;
 

@@ -1,7 +1,7 @@
 //! The admission decision allocates nothing: counted with a wrapping global allocator.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use weir::config::ThrottleConfig;
 use weir::signal::Signal;
 use weir::throttle::classify::RouteRegistry;
@@ -9,11 +9,24 @@ use weir::throttle::manager::{Snapshot, ThrottleManager};
 use weir::throttle::state::State;
 
 struct Counting;
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    // Per thread: the test harness's own threads allocate too, and must not count.
+    static THREAD_ALLOCS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Allocations made by the calling thread so far.
+struct Allocs;
+impl Allocs {
+    fn load(&self, _: Ordering) -> usize {
+        THREAD_ALLOCS.with(|c| c.get())
+    }
+}
+static ALLOCS: Allocs = Allocs;
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        let _ = THREAD_ALLOCS.try_with(|c| c.set(c.get() + 1));
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -44,4 +57,23 @@ fn decide_does_not_allocate() {
         assert_eq!(ALLOCS.load(Ordering::Relaxed) - before, 0, "decide allocated in state {state:?}");
     }
     assert!(decisions >= 10_000, "Normal admitted everything");
+
+    // The admission layers, hot (every check runs), admit and done: no allocation.
+    let admission = weir::admission::Admission::new(&ThrottleConfig::default(), 2.0);
+    let hot = weir::admission::Pressure { above_exit: true, above_enter: true, cpu: 0.9 };
+    let mut now = 1u64;
+    for _ in 0..1000 {
+        now += 100_000;
+        if let Ok(t) = admission.admit(now, hot) {
+            admission.done(t, now + 50_000, 0.9);
+        }
+    }
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for _ in 0..10_000 {
+        now += 100_000;
+        if let Ok(t) = admission.admit(now, hot) {
+            admission.done(t, now + 50_000, 0.9);
+        }
+    }
+    assert_eq!(ALLOCS.load(Ordering::Relaxed) - before, 0, "admission layers allocated");
 }

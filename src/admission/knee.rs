@@ -20,15 +20,22 @@ pub const MIN_SAMPLES: usize = 8;
 #[derive(Debug, Clone, Copy)]
 struct Ring {
     values: [f32; RING],
+    /// When each value was recorded (seconds since the origin).
+    at: [u32; RING],
     len: usize,
     next: usize,
 }
 
 impl Default for Ring {
     fn default() -> Self {
-        Ring { values: [0.0; RING], len: 0, next: 0 }
+        Ring { values: [0.0; RING], at: [0; RING], len: 0, next: 0 }
     }
 }
+
+/// Samples older than this are ignored: a bucket compared with its neighbour must
+/// describe the same period, or a change downstream (slower exporter) that raised every
+/// latency would look like a CPU knee between an old bucket and a fresh one.
+pub const MAX_SAMPLE_AGE_SECS: u32 = 10;
 
 /// One bucket's learned figure, for `/debug/throttle` and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -51,6 +58,10 @@ pub struct KneeLearner {
     recompute_nanos: u64,
     /// f64 bits of the learned knee; NaN = none yet.
     learned: AtomicU64,
+    /// f64 bits of the last computation's candidate: a knee is applied only when two
+    /// computations in a row agree, so a transient (e.g. a downstream slowdown seen
+    /// first in one bucket) does not move the line.
+    candidate: AtomicU64,
     last_compute: AtomicU64,
 }
 
@@ -64,12 +75,13 @@ impl KneeLearner {
             min_cpu,
             recompute_nanos,
             learned: AtomicU64::new(f64::NAN.to_bits()),
+            candidate: AtomicU64::new(f64::NAN.to_bits()),
             last_compute: AtomicU64::new(0),
         }
     }
 
-    /// Records one completed request: the CPU level when it ran and its latency.
-    pub fn record(&self, cpu: f64, latency_ms: f64) {
+    /// Records one completed request at `now`: the CPU level when it ran and its latency.
+    pub fn record(&self, now: u64, cpu: f64, latency_ms: f64) {
         if !(cpu.is_finite() && latency_ms.is_finite()) {
             return;
         }
@@ -78,6 +90,7 @@ impl KneeLearner {
         let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         let r = &mut rings[idx];
         r.values[r.next] = latency_ms as f32;
+        r.at[r.next] = (now / 1_000_000_000) as u32;
         r.next = (r.next + 1) % RING;
         r.len = (r.len + 1).min(RING);
     }
@@ -87,8 +100,11 @@ impl KneeLearner {
         let last = self.last_compute.load(Ordering::Relaxed);
         if now.saturating_sub(last) >= self.recompute_nanos || last == 0 {
             self.last_compute.store(now.max(1), Ordering::Relaxed);
-            let k = self.compute().0.unwrap_or(f64::NAN);
-            self.learned.store(k.to_bits(), Ordering::Relaxed);
+            let k = self.compute_at(now).0.unwrap_or(f64::NAN);
+            let previous = f64::from_bits(self.candidate.swap(k.to_bits(), Ordering::Relaxed));
+            // Confirmed when this and the previous computation agree (both none clears it).
+            let confirmed = if k.is_nan() || previous.is_nan() { f64::NAN } else { k.max(previous) };
+            self.learned.store(confirmed.to_bits(), Ordering::Relaxed);
         }
         let v = f64::from_bits(self.learned.load(Ordering::Relaxed));
         (!v.is_nan()).then_some(v)
@@ -100,20 +116,33 @@ impl KneeLearner {
         (!v.is_nan()).then_some(v)
     }
 
-    /// Recomputes: (knee, profile of valid buckets). Allocation-free apart from the
-    /// returned profile.
+    /// Recomputes from every sample held: (knee, profile of valid buckets).
     pub fn compute(&self) -> (Option<f64>, Vec<BucketProfile>) {
+        self.compute_at(u64::MAX)
+    }
+
+    /// Recomputes at `now`, ignoring samples older than [`MAX_SAMPLE_AGE_SECS`]
+    /// (`u64::MAX`: keep all). Allocation-free apart from the returned profile.
+    pub fn compute_at(&self, now: u64) -> (Option<f64>, Vec<BucketProfile>) {
         let rings = *self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        let oldest = if now == u64::MAX { 0 } else { ((now / 1_000_000_000) as u32).saturating_sub(MAX_SAMPLE_AGE_SECS) };
         let mut profile = Vec::new();
         for (i, r) in rings.iter().enumerate() {
-            if r.len < MIN_SAMPLES {
+            let mut v = [0f32; RING];
+            let mut n = 0;
+            for j in 0..r.len {
+                if r.at[j] >= oldest {
+                    v[n] = r.values[j];
+                    n += 1;
+                }
+            }
+            if n < MIN_SAMPLES {
                 continue;
             }
-            let mut v = r.values;
-            let s = &mut v[..r.len];
+            let s = &mut v[..n];
             s.sort_unstable_by(|a, b| a.total_cmp(b));
-            let rank = ((0.99 * r.len as f64).ceil() as usize).clamp(1, r.len) - 1;
-            profile.push(BucketProfile { cpu: i as f64 / 20.0, p99_ms: f64::from(s[rank]), samples: r.len });
+            let rank = ((0.99 * n as f64).ceil() as usize).clamp(1, n) - 1;
+            profile.push(BucketProfile { cpu: i as f64 / 20.0, p99_ms: f64::from(s[rank]), samples: n });
         }
         let mut knee = None;
         for w in profile.windows(2) {
@@ -134,7 +163,7 @@ mod tests {
 
     fn fill(k: &KneeLearner, cpu: f64, ms: f64) {
         for i in 0..RING {
-            k.record(cpu, ms + (i % 4) as f64 * 0.1);
+            k.record(1, cpu, ms + (i % 4) as f64 * 0.1);
         }
     }
 
@@ -165,18 +194,35 @@ mod tests {
         let k = KneeLearner::new(0.5, 1.0, 0.5, 0);
         fill(&k, 0.6, 5.0);
         for _ in 0..MIN_SAMPLES - 1 {
-            k.record(0.8, 500.0);
+            k.record(1, 0.8, 500.0);
         }
         assert_eq!(k.compute().0, None);
+    }
+
+    #[test]
+    fn old_samples_age_out() {
+        let k = KneeLearner::new(0.5, 1.0, 0.3, 0);
+        for _ in 0..RING {
+            k.record(0, 0.5, 5.0);
+        }
+        for _ in 0..RING {
+            k.record(60_000_000_000, 0.6, 400.0);
+        }
+        assert_eq!(k.compute().0, Some(0.6), "all samples: looks like a knee");
+        assert_eq!(k.compute_at(60_000_000_000).0, None, "the 5 ms samples are a minute old");
     }
 
     #[test]
     fn recomputes_at_most_every_interval() {
         let k = KneeLearner::new(0.5, 1.0, 0.3, 5_000_000_000);
         assert_eq!(k.knee(1), None);
-        fill(&k, 0.4, 5.0);
-        fill(&k, 0.6, 50.0);
+        for i in 0..RING {
+            k.record(6_000_000_000, 0.4, 5.0 + (i % 4) as f64 * 0.1);
+            k.record(6_000_000_000, 0.6, 50.0);
+        }
         assert_eq!(k.knee(1_000_000_000), None, "cached until 5 s passed");
-        assert_eq!(k.knee(5_000_000_001), Some(0.6));
+        assert_eq!(k.knee(5_000_000_001), None, "a first sighting is only a candidate");
+        assert_eq!(k.knee(9_000_000_000), None, "still cached");
+        assert_eq!(k.knee(10_000_000_002), Some(0.6), "confirmed by a second computation");
     }
 }

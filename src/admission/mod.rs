@@ -212,7 +212,8 @@ impl Admission {
         if self.cfg.bbr.enabled {
             let max_pass = st.pass.max_sum(now);
             if let Some(min_rt_ms) = st.rt.min_avg(now) {
-                let max_inflight = (max_pass * min_rt_ms.max(1e-3) * st.pass.buckets_per_second() / 1000.0).ceil() as i64;
+                let max_inflight =
+                    (self.cfg.bbr.headroom * max_pass * min_rt_ms.max(1e-3) * st.pass.buckets_per_second() / 1000.0).ceil() as i64;
                 let over = inflight > max_inflight.max(1);
                 if p.above_enter && over {
                     st.last_drop = Some(now);
@@ -237,7 +238,7 @@ impl Admission {
             st.rt.add(now, rt_ms);
         }
         if let Some(k) = &self.knee {
-            k.record(cpu, rt_ms);
+            k.record(now, cpu, rt_ms);
         }
     }
 
@@ -246,7 +247,7 @@ impl Admission {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let max_pass = st.pass.max_sum(now);
         let bps = st.pass.buckets_per_second();
-        let est = st.rt.min_avg(now).map(|rt| (max_pass * rt.max(1e-3) * bps / 1000.0).ceil() as i64);
+        let est = st.rt.min_avg(now).map(|rt| (self.cfg.bbr.headroom * max_pass * rt.max(1e-3) * bps / 1000.0).ceil() as i64);
         (est, self.inflight())
     }
 

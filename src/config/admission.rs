@@ -44,6 +44,10 @@ pub struct BbrConfig {
     /// After a rejection, keep checking in-flight for this long (while above exit).
     #[serde(with = "humantime_serde")]
     pub cool_off: Duration,
+    /// Multiplier on the Little's-law estimate. 1.0 is the seed's formula; it leaves so
+    /// little queue that Poisson gaps idle the server (88.9% goodput at 1.2× load in the
+    /// simulator); 1.5 keeps goodput above 92% with a steady-overload P99 of 40-160 ms.
+    pub headroom: f64,
 }
 
 /// The CPU-vs-P99 knee learner.
@@ -75,12 +79,12 @@ impl Default for BurstDampingConfig {
 }
 impl Default for BbrConfig {
     fn default() -> Self {
-        BbrConfig { enabled: true, window: Duration::from_secs(10), buckets: 100, cool_off: Duration::from_secs(1) }
+        BbrConfig { enabled: true, window: Duration::from_secs(10), buckets: 100, cool_off: Duration::from_secs(1), headroom: 1.5 }
     }
 }
 impl Default for KneeConfig {
     fn default() -> Self {
-        KneeConfig { enabled: true, knee_ratio: 0.5, min_delta_ms: 1.0, min_cpu: 0.5, recompute: Duration::from_secs(5) }
+        KneeConfig { enabled: true, knee_ratio: 0.5, min_delta_ms: 10.0, min_cpu: 0.5, recompute: Duration::from_secs(5) }
     }
 }
 
@@ -109,10 +113,14 @@ pub fn validate(
     if b.buckets < 2 || b.buckets > 10_000 {
         return Err(ConfigError::invalid(key("bbr.buckets"), "must be in [2, 10000]"));
     }
+    if !(b.headroom >= 1.0 && b.headroom <= 100.0) {
+        return Err(ConfigError::invalid(key("bbr.headroom"), "must be in [1, 100]"));
+    }
     if b.window < Duration::from_millis(b.buckets as u64) {
         return Err(ConfigError::invalid(key("bbr.window"), "must give buckets of at least 1ms"));
     }
-    if !(k.knee_ratio > 0.0) || k.min_delta_ms < 0.0 || !(0.0..=2.0).contains(&k.min_cpu) || k.recompute.is_zero() {
+    let knee_ok = k.knee_ratio > 0.0 && k.min_delta_ms >= 0.0 && (0.0..=2.0).contains(&k.min_cpu) && !k.recompute.is_zero();
+    if !knee_ok {
         return Err(ConfigError::invalid(key("knee"), "need knee_ratio > 0, min_delta_ms >= 0, 0 <= min_cpu <= 2, recompute > 0"));
     }
     Ok(())

@@ -1,0 +1,382 @@
+//! A deterministic simulator (seed 000 §10): a virtual clock in 1 ms ticks, a model of a
+//! service (the "plant") and the throttle plus every admission layer running unchanged
+//! against it. Scenarios assert what a user would notice: goodput under overload, the tail
+//! latency of admitted work, no refusals at moderate load, recovery time, no oscillation.
+//!
+//! The plant: one FIFO server with `capacity_rps` units of work per second; arrivals are
+//! Poisson (seeded); each admitted request needs one unit of CPU work, then waits
+//! `downstream` (no CPU) before it completes; a refusal costs `reject_cost` units. CPU
+//! use is the busy fraction, reported through the same cumulative-usage reading the cgroup
+//! gives; memory is a base plus bytes per request in flight plus whatever leaks.
+
+use crate::admission::{Admission, Ticket};
+use crate::config::ThrottleConfig;
+use crate::signal::Signal;
+use crate::throttle::manager::{decide, Decision, Snapshot};
+use crate::throttle::sampler::{Readings, Stepper};
+use crate::throttle::state::State;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+const TICK_NS: u64 = 1_000_000;
+
+/// The service model.
+#[derive(Debug, Clone)]
+pub struct Plant {
+    /// Units of work per second at 100% CPU.
+    pub capacity_rps: f64,
+    /// Memory limit in bytes.
+    pub mem_limit: f64,
+    /// Memory used at idle.
+    pub mem_base: f64,
+    /// Memory per request queued or in flight.
+    pub bytes_per_request: f64,
+    /// CPU units a refusal costs (fraction of a request).
+    pub reject_cost: f64,
+    /// Memory leaked per admitted request.
+    pub leak_per_request: f64,
+    /// Uniform noise (± this much of the interval) added to each CPU reading.
+    pub cpu_noise: f64,
+    /// The service's own bounded queue (like weir's pipeline budget): arrivals beyond it
+    /// are refused by the plant, not the throttle (counted apart).
+    pub queue_limit: usize,
+}
+
+impl Default for Plant {
+    fn default() -> Self {
+        Plant {
+            capacity_rps: 1000.0,
+            mem_limit: 300.0 * 1048576.0,
+            mem_base: 60.0 * 1048576.0,
+            bytes_per_request: 256.0 * 1024.0,
+            reject_cost: 0.02,
+            leak_per_request: 0.0,
+            cpu_noise: 0.0,
+            queue_limit: 256,
+        }
+    }
+}
+
+/// One phase of a scenario.
+#[derive(Debug, Clone, Copy)]
+pub struct Phase {
+    /// How long.
+    pub secs: f64,
+    /// Offered load as a multiple of capacity.
+    pub load: f64,
+    /// Downstream wait per request.
+    pub downstream_ms: f64,
+}
+
+/// A scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Name in the table.
+    pub name: &'static str,
+    /// Phases in order.
+    pub phases: Vec<Phase>,
+    /// The plant.
+    pub plant: Plant,
+}
+
+/// Which layers run (the throttle itself always does).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Layers {
+    /// Slow start.
+    pub slow_start: bool,
+    /// Burst damping.
+    pub damping: bool,
+    /// BBR.
+    pub bbr: bool,
+    /// Knee learner.
+    pub knee: bool,
+}
+
+impl Layers {
+    /// Everything on.
+    pub const ALL: Layers = Layers { slow_start: true, damping: true, bbr: true, knee: true };
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    /// Completed / capacity during overload phases (load > 1), as a fraction.
+    pub goodput_under_overload: Option<f64>,
+    /// Completed / offered during phases at or under capacity.
+    pub goodput_under_capacity: f64,
+    /// P99 latency of admitted requests (ms), whole run.
+    pub p99_ms: f64,
+    /// P99 latency (ms) of requests that arrived at least 10 s into an overload phase:
+    /// what admission control holds once the EWMAs have caught up.
+    pub p99_steady_overload_ms: Option<f64>,
+    /// Refusals during phases at ≤ 70% load (excluding 20 s after an overload phase).
+    pub refusals_at_low_load: u64,
+    /// Seconds from the end of the last overload phase until every state is Normal.
+    pub secs_to_normal: Option<f64>,
+    /// State changes of the traces machine per simulated minute.
+    pub state_changes_per_min: f64,
+    /// Highest memory level seen.
+    pub max_mem: f64,
+    /// Whether the state machine ever reached Open.
+    pub opened: bool,
+    /// Refused requests, total.
+    pub refused: u64,
+    /// Offered requests, total.
+    pub offered: u64,
+    /// Refused by the plant's own full queue (not the throttle).
+    pub queue_full: u64,
+}
+
+/// splitmix64, seeded: the whole run is a function of the seed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn uniform(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn poisson(&mut self, mean: f64) -> u32 {
+        // Knuth; means here are at most ~10 per tick.
+        let l = (-mean).exp();
+        let (mut k, mut p) = (0u32, 1.0);
+        loop {
+            p *= self.uniform();
+            if p <= l {
+                return k;
+            }
+            k += 1;
+        }
+    }
+}
+
+struct Job {
+    ticket: Ticket,
+    arrived: u64,
+    work_left: f64,
+    steady_overload: bool,
+}
+
+fn p99(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable_by(|a, b| a.total_cmp(b));
+    Some(v[((v.len() as f64 * 0.99) as usize).min(v.len() - 1)])
+}
+
+/// The throttle configuration the scenarios run with: the seed's converged CPU lines
+/// (enter 0.85, hard 1.20: CPU sheds and never opens, since a saturated cgroup reads
+/// about 1.0) and exit 0.75; memory as shipped.
+pub fn sim_config(layers: Layers) -> ThrottleConfig {
+    let mut c = ThrottleConfig::default();
+    c.thresholds.cpu.enter = 0.85;
+    c.thresholds.cpu.exit = 0.75;
+    c.thresholds.cpu.hard = 1.20;
+    c.slow_start.enabled = layers.slow_start;
+    c.burst_damping.enabled = layers.damping;
+    c.bbr.enabled = layers.bbr;
+    c.knee.enabled = layers.knee;
+    c
+}
+
+/// Runs one scenario with the given layers.
+pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
+    let config = sim_config(layers);
+    let origin = Instant::now();
+    let admission = Admission::new(&config, 1.0);
+    let mut stepper = Stepper::with_knee(&config, admission.knee.clone(), origin);
+    let rule = config.rules.resolve(Signal::Traces);
+    let interval_ticks = (config.sample_interval.as_nanos() as u64 / TICK_NS).max(1);
+    let mut rng = Rng(seed);
+    let mut snap = Snapshot::idle();
+    let p = &s.plant;
+    let per_tick = p.capacity_rps / 1000.0;
+
+    let mut queue: VecDeque<Job> = VecDeque::new();
+    let mut downstream: VecDeque<(u64, Job)> = VecDeque::new();
+    let mut cpu_ns = 0.0f64;
+    let mut leaked = 0.0f64;
+    let mut latencies: Vec<f64> = Vec::new();
+    let mut steady: Vec<f64> = Vec::new();
+    let mut out = Outcome::default();
+    let (mut overload_done, mut overload_ticks, mut under_done, mut under_offered) = (0u64, 0u64, 0u64, 0u64);
+    let mut last_state = State::Normal;
+    let mut changes = 0u64;
+    let mut last_overload_end: Option<u64> = None;
+    let mut normal_since: Option<u64> = Some(0);
+
+    let mut now = 0u64;
+    for phase in &s.phases {
+        let phase_start = now;
+        let end = now + (phase.secs * 1000.0) as u64 * TICK_NS;
+        let overloaded = phase.load > 1.0;
+        let low = phase.load <= 0.7;
+        while now < end {
+            now += TICK_NS;
+            // Arrivals.
+            let n = rng.poisson(phase.load * per_tick);
+            for _ in 0..n {
+                out.offered += 1;
+                if !overloaded {
+                    under_offered += 1;
+                }
+                let admitted = match decide(&config, &rule, &snap, Signal::Traces, rng.uniform()) {
+                    Decision::Admit(_) => admission.admit(now, snap.pressure).ok(),
+                    Decision::Reject { .. } => None,
+                };
+                let admitted = match admitted {
+                    Some(t) if queue.len() >= p.queue_limit => {
+                        // The plant's own queue is full: refused, and the ticket finishes.
+                        admission.done(t, now, snap.level.cpu);
+                        out.queue_full += 1;
+                        cpu_ns += p.reject_cost / per_tick * TICK_NS as f64;
+                        continue;
+                    }
+                    other => other,
+                };
+                match admitted {
+                    Some(ticket) => {
+                        leaked += p.leak_per_request;
+                        let steady_overload = overloaded && now - phase_start >= 10_000 * TICK_NS;
+                        queue.push_back(Job { ticket, arrived: now, work_left: 1.0, steady_overload });
+                    }
+                    None => {
+                        out.refused += 1;
+                        let grace = last_overload_end.is_some_and(|e| now.saturating_sub(e) < 20_000 * TICK_NS);
+                        if low && !grace {
+                            out.refusals_at_low_load += 1;
+                        }
+                        cpu_ns += p.reject_cost / per_tick * TICK_NS as f64;
+                    }
+                }
+            }
+            // Service: `per_tick` units of work this tick, FIFO.
+            let mut budget = 1.0;
+            while budget > 0.0 {
+                let Some(job) = queue.front_mut() else { break };
+                let need = job.work_left / per_tick;
+                if need <= budget {
+                    budget -= need;
+                    let Some(job) = queue.pop_front() else { break };
+                    downstream.push_back((now + (phase.downstream_ms * 1e6) as u64, job));
+                } else {
+                    job.work_left -= budget * per_tick;
+                    budget = 0.0;
+                }
+            }
+            cpu_ns += (1.0 - budget) * TICK_NS as f64;
+            while downstream.front().is_some_and(|(t, _)| *t <= now) {
+                let Some((_, job)) = downstream.pop_front() else { break };
+                admission.done(job.ticket, now, snap.level.cpu);
+                let ms = (now - job.arrived) as f64 / 1e6;
+                latencies.push(ms);
+                if job.steady_overload {
+                    steady.push(ms);
+                }
+                if overloaded {
+                    overload_done += 1;
+                } else {
+                    under_done += 1;
+                }
+            }
+            if overloaded {
+                overload_ticks += 1;
+            }
+            // Sampling.
+            if (now / TICK_NS) % interval_ticks == 0 {
+                let noise =
+                    if p.cpu_noise > 0.0 { (rng.uniform() * 2.0 - 1.0) * p.cpu_noise * (interval_ticks * TICK_NS) as f64 } else { 0.0 };
+                cpu_ns = (cpu_ns + noise).max(0.0);
+                let mem = p.mem_base + p.bytes_per_request * (queue.len() + downstream.len()) as f64 + leaked;
+                out.max_mem = out.max_mem.max(mem / p.mem_limit);
+                snap = stepper.step(
+                    origin + Duration::from_nanos(now),
+                    Readings {
+                        cpu_usage_nanos: Some(cpu_ns as u64),
+                        cores: 1.0,
+                        quota_set: true,
+                        mem_working_set: Some(mem as u64),
+                        mem_limit: Some(p.mem_limit as u64),
+                    },
+                );
+                let st = snap.states[Signal::Traces.index()];
+                out.opened |= st == State::Open;
+                if st != last_state {
+                    changes += 1;
+                    last_state = st;
+                }
+                let all_normal = snap.states.iter().all(|s| *s == State::Normal);
+                normal_since = match (all_normal, normal_since) {
+                    (true, None) => Some(now),
+                    (true, s) => s,
+                    (false, _) => None,
+                };
+            }
+        }
+        if overloaded {
+            last_overload_end = Some(now);
+        }
+    }
+    if let Some(end) = last_overload_end {
+        out.secs_to_normal = normal_since.map(|t| t.saturating_sub(end) as f64 / 1e9);
+    }
+    out.goodput_under_overload = (overload_ticks > 0).then(|| overload_done as f64 / (overload_ticks as f64 * per_tick));
+    out.goodput_under_capacity = if under_offered > 0 { under_done as f64 / under_offered as f64 } else { 1.0 };
+    out.p99_ms = p99(&mut latencies).unwrap_or(0.0);
+    out.p99_steady_overload_ms = p99(&mut steady);
+    out.state_changes_per_min = changes as f64 / (now as f64 / 60e9);
+    out
+}
+
+fn phase(secs: f64, load: f64) -> Phase {
+    Phase { secs, load, downstream_ms: 5.0 }
+}
+
+/// The scenarios of issue 6.
+pub fn scenarios() -> Vec<Scenario> {
+    let plant = Plant::default();
+    vec![
+        Scenario { name: "cold start, full load", phases: vec![phase(60.0, 1.2), phase(30.0, 0.3)], plant: plant.clone() },
+        Scenario {
+            name: "idle gap then burst",
+            phases: vec![phase(30.0, 0.5), phase(60.0, 0.0), phase(30.0, 2.0), phase(30.0, 0.3)],
+            plant: plant.clone(),
+        },
+        Scenario { name: "step to 3x", phases: vec![phase(30.0, 0.6), phase(60.0, 3.0), phase(30.0, 0.3)], plant: plant.clone() },
+        Scenario { name: "sustained 10x", phases: vec![phase(10.0, 0.5), phase(60.0, 10.0), phase(30.0, 0.3)], plant: plant.clone() },
+        Scenario {
+            name: "slow downstream",
+            phases: vec![phase(20.0, 0.6), Phase { secs: 60.0, load: 0.6, downstream_ms: 400.0 }, phase(20.0, 0.6)],
+            plant: Plant { bytes_per_request: 512.0 * 1024.0, ..plant.clone() },
+        },
+        Scenario { name: "memory leak", phases: vec![phase(120.0, 0.5)], plant: Plant { leak_per_request: 8.0 * 1024.0, ..plant.clone() } },
+        Scenario { name: "noisy CPU", phases: vec![phase(90.0, 0.6)], plant: Plant { cpu_noise: 0.15, ..plant } },
+    ]
+}
+
+/// Renders outcomes as a Markdown table.
+pub fn table(rows: &[(String, &'static str, Outcome)]) -> String {
+    let mut t = String::from(
+        "| scenario | layers | goodput (overload) | goodput (≤ capacity) | P99 ms | P99 ms, steady overload | refusals ≤70% load | queue full | s to Normal | state changes/min | max mem |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for (layers, name, o) in rows {
+        t.push_str(&format!(
+            "| {name} | {layers} | {} | {:.1}% | {:.0} | {} | {} | {} | {} | {:.1} | {:.2} |\n",
+            o.goodput_under_overload.map_or("-".into(), |g| format!("{:.1}%", g * 100.0)),
+            o.goodput_under_capacity * 100.0,
+            o.p99_ms,
+            o.p99_steady_overload_ms.map_or("-".into(), |p| format!("{p:.0}")),
+            o.refusals_at_low_load,
+            o.queue_full,
+            o.secs_to_normal.map_or("-".into(), |s| format!("{s:.1}")),
+            o.state_changes_per_min,
+            o.max_mem,
+        ));
+    }
+    t
+}

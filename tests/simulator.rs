@@ -1,0 +1,50 @@
+//! The deterministic simulator: every scenario with every layer on, each outcome
+//! asserted. Prints the table (`cargo test --test simulator -- --nocapture`); the
+//! per-layer comparison is `cargo run --release --example sim`.
+
+use weir::sim::{run, scenarios, table, Layers};
+
+#[test]
+fn scenarios_meet_their_bounds() {
+    let started = std::time::Instant::now();
+    let mut rows = Vec::new();
+    for s in scenarios() {
+        let o = run(&s, Layers::ALL, 42);
+        let name = s.name;
+        if let Some(g) = o.goodput_under_overload {
+            assert!(g >= 0.90, "{name}: goodput under overload {g:.3} < 90% of capacity");
+        }
+        assert!(
+            o.goodput_under_capacity >= 0.95 || name == "memory leak",
+            "{name}: goodput at or under capacity {:.3}",
+            o.goodput_under_capacity
+        );
+        // Admitted work waits at most the plant's own queue (256 × 1 ms) plus the
+        // downstream wait: 300 ms; 500 ms where downstream itself takes 400 ms.
+        let bound = if name == "slow downstream" { 500.0 } else { 300.0 };
+        assert!(o.p99_ms <= bound, "{name}: P99 {:.0} ms > {bound}", o.p99_ms);
+        if name != "memory leak" {
+            assert_eq!(o.refusals_at_low_load, 0, "{name}: refused at ≤ 70% load");
+        }
+        if let Some(t) = o.secs_to_normal {
+            assert!(t <= 10.0, "{name}: {t:.1} s to return to Normal after the load dropped");
+        }
+        assert!(o.state_changes_per_min <= 6.0, "{name}: {:.1} state changes per minute (oscillation)", o.state_changes_per_min);
+        assert!(o.max_mem < 1.0, "{name}: memory reached {:.2} of the limit (OOM)", o.max_mem);
+        if name == "memory leak" {
+            assert!(o.opened, "the leak must drive the breaker open before the OOM killer");
+        }
+        if name == "noisy CPU" {
+            assert_eq!(o.refused, 0, "noise alone must not shed");
+        }
+        rows.push(("all layers".to_string(), name, o));
+    }
+    println!("{}", table(&rows));
+    println!("simulated {} scenarios in {:.1} s", rows.len(), started.elapsed().as_secs_f64());
+}
+
+#[test]
+fn runs_are_deterministic() {
+    let s = &scenarios()[2];
+    assert_eq!(run(s, Layers::ALL, 7), run(s, Layers::ALL, 7));
+}
