@@ -1,14 +1,264 @@
-//! loadgen: replays warmup / burst / bigpayload phases against weir.
+//! loadgen: replays warmup / burst / bigpayload phases against weir (seed 002, 0x07 b/c)
+//! and reports what happened per phase.
 //!
-//! The real load work arrives with its own issue; for now it prints usage so the
-//! workspace builds and the binary is in place.
+//! Closed loop (default, like the seed): `-c` workers each send as soon as the previous
+//! answer came. That loop has two flaws when the server refuses fast: a cheap 429 lets a
+//! worker send again at once, so the offered load rises exactly when the server sheds, and
+//! the latency of a request that had to wait for a free worker is never counted
+//! (coordinated omission). Open loop (`-rate N`) sends on a fixed schedule whatever the
+//! answers, and measures latency from the scheduled time.
 
-const USAGE: &str = "usage: loadgen [-url URL] [-token T] [-c N] [-d DURATION] \
-[-warmup-spans N] [-burst-spans N] [-bigpayload-spans N]\n\
-\n\
-Sends OTLP load to weir in three phases: warmup, burst and bigpayload.";
+mod args;
+mod report;
+mod scrape;
+mod stats;
 
-fn main() -> anyhow::Result<()> {
-    println!("{USAGE}");
+use anyhow::{Context, Result};
+use args::Args;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use prost::Message;
+use stats::{Outcome, PhaseResult, PhaseStats, Second};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One phase's shape: concurrency, spans per request, attribute bytes per span.
+struct Phase {
+    name: &'static str,
+    concurrency: usize,
+    spans: usize,
+    attr_bytes: usize,
+}
+
+/// Pre-encoded request variants (encoding and compression are done once, not per request).
+struct Bodies {
+    http: Vec<bytes::Bytes>,
+    grpc: Vec<ExportTraceServiceRequest>,
+}
+
+fn bodies(a: &Args, p: &Phase) -> Result<Bodies> {
+    let mut http = Vec::new();
+    let mut grpc = Vec::new();
+    for seed in 0..8u64 {
+        // Four attributes share the phase's attribute bytes.
+        let req = weir::otlp::synth::traces_request(p.spans, 4, (p.attr_bytes / 4).max(1), seed * 7919 + p.spans as u64);
+        let raw = if a.encoding == "json" {
+            weir::otlp::json::encode(&weir::signal::Payload::Traces(req.clone())).into_bytes()
+        } else {
+            req.encode_to_vec()
+        };
+        let body = if a.gzip {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            e.write_all(&raw)?;
+            e.finish()?
+        } else {
+            raw
+        };
+        http.push(bytes::Bytes::from(body));
+        grpc.push(req);
+    }
+    Ok(Bodies { http, grpc })
+}
+
+#[derive(Clone)]
+enum Client {
+    Http(reqwest::Client),
+    Grpc(TraceServiceClient<tonic::transport::Channel>),
+}
+
+async fn send(a: &Args, client: &Client, bodies: &Bodies, i: usize) -> Outcome {
+    match client {
+        Client::Http(c) => {
+            let ct = if a.encoding == "json" { "application/json" } else { "application/x-protobuf" };
+            let mut req = c.post(&a.url).header("content-type", ct).body(bodies.http[i % bodies.http.len()].clone());
+            if a.gzip {
+                req = req.header("content-encoding", "gzip");
+            }
+            if let Some(t) = &a.token {
+                req = req.header("x-bk-token", t);
+            }
+            match req.send().await {
+                Ok(r) => {
+                    let status = r.status().as_u16();
+                    let _ = r.bytes().await;
+                    match status {
+                        200 => Outcome::Ok,
+                        429 => Outcome::TooMany,
+                        503 => Outcome::Unavailable,
+                        _ => Outcome::Other,
+                    }
+                }
+                Err(_) => Outcome::Transport,
+            }
+        }
+        Client::Grpc(c) => {
+            let mut c = c.clone();
+            let mut req = tonic::Request::new(bodies.grpc[i % bodies.grpc.len()].clone());
+            req.set_timeout(a.timeout);
+            if let Some(t) = &a.token {
+                if let Ok(v) = t.parse() {
+                    req.metadata_mut().insert("x-bk-token", v);
+                }
+            }
+            match c.export(req).await {
+                Ok(_) => Outcome::Ok,
+                Err(s) => match s.code() {
+                    tonic::Code::ResourceExhausted => Outcome::TooMany,
+                    tonic::Code::Unavailable if s.message().contains("transport") || s.message().contains("connect") => Outcome::Transport,
+                    tonic::Code::Unavailable => Outcome::Unavailable,
+                    tonic::Code::DeadlineExceeded | tonic::Code::Unknown | tonic::Code::Cancelled => Outcome::Transport,
+                    _ => Outcome::Other,
+                },
+            }
+        }
+    }
+}
+
+async fn client(a: &Args) -> Result<Client> {
+    if a.protocol == "grpc" {
+        let mut ep = tonic::transport::Endpoint::from_shared(a.url.clone())?.timeout(a.timeout).connect_timeout(Duration::from_secs(5));
+        ep = ep.tcp_nodelay(true);
+        let ch = ep.connect_lazy();
+        let mut c = TraceServiceClient::new(ch).max_decoding_message_size(64 << 20);
+        if a.gzip {
+            c = c.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+        }
+        Ok(Client::Grpc(c))
+    } else {
+        Ok(Client::Http(reqwest::Client::builder().timeout(a.timeout).pool_max_idle_per_host(a.concurrency * 2).build()?))
+    }
+}
+
+async fn run_phase(a: Arc<Args>, p: &Phase, stop: Arc<AtomicBool>, run_start: Instant) -> Result<(PhaseResult, Vec<Second>)> {
+    let bodies = Arc::new(bodies(&a, p)?);
+    let client = client(&a).await?;
+    let start = Instant::now();
+    let deadline = start + a.phase_duration;
+    let stats = Arc::new(PhaseStats::new(p.name, p.spans as u64, run_start.elapsed().as_secs()));
+    let issued = Arc::new(AtomicU64::new(0));
+    let budget = if a.max_requests == 0 { u64::MAX } else { a.max_requests };
+    let mut tasks = Vec::new();
+    if a.rate > 0.0 {
+        // Open loop: one request per tick of the schedule, each in its own task; in-flight
+        // is bounded (10 × c) so a dead server cannot make us grow without bound, and a
+        // tick that finds the bound full is counted as a transport error at its scheduled time.
+        let interval = Duration::from_secs_f64(1.0 / a.rate);
+        let limit = Arc::new(tokio::sync::Semaphore::new(p.concurrency * 10));
+        let mut n = 0u64;
+        loop {
+            let scheduled = start + interval.mul_f64(n as f64);
+            if scheduled >= deadline || stop.load(Ordering::Relaxed) || n >= budget {
+                break;
+            }
+            tokio::time::sleep_until(scheduled.into()).await;
+            let i = n as usize;
+            n += 1;
+            let Ok(permit) = Arc::clone(&limit).try_acquire_owned() else {
+                stats.record(run_start.elapsed().as_secs(), Outcome::Transport, Duration::ZERO);
+                continue;
+            };
+            let (a, client, bodies, stats) = (Arc::clone(&a), client.clone(), Arc::clone(&bodies), Arc::clone(&stats));
+            tasks.push(tokio::spawn(async move {
+                let outcome = send(&a, &client, &bodies, i).await;
+                stats.record(run_start.elapsed().as_secs(), outcome, scheduled.elapsed());
+                drop(permit);
+            }));
+        }
+    } else {
+        for w in 0..p.concurrency {
+            let (a, client, bodies, stats, stop, issued) =
+                (Arc::clone(&a), client.clone(), Arc::clone(&bodies), Arc::clone(&stats), Arc::clone(&stop), Arc::clone(&issued));
+            tasks.push(tokio::spawn(async move {
+                let mut i = w;
+                while Instant::now() < deadline && !stop.load(Ordering::Relaxed) && issued.fetch_add(1, Ordering::Relaxed) < budget {
+                    let t0 = Instant::now();
+                    let outcome = send(&a, &client, &bodies, i).await;
+                    stats.record(run_start.elapsed().as_secs(), outcome, t0.elapsed());
+                    i += 1;
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    Ok(stats.finish(p.concurrency, start.elapsed()))
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let a = match Args::parse(std::env::args().skip(1)) {
+        Ok(a) => Arc::new(a),
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = Arc::clone(&stop);
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("interrupted: finishing and printing what we have");
+                stop.store(true, Ordering::Relaxed);
+            }
+        });
+    }
+    let run_start = Instant::now();
+    let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let scraper = a.metrics_url.clone().map(|url| {
+        let (samples, stop) = (Arc::clone(&samples), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let c = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap_or_default();
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                if let Ok(r) = c.get(&url).send().await {
+                    if let Ok(text) = r.text().await {
+                        let s = scrape::parse(run_start.elapsed().as_secs_f64(), &text);
+                        samples.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+                    }
+                }
+            }
+        })
+    });
+    let c = a.concurrency;
+    let all = [
+        Phase { name: "warmup", concurrency: (c / 5).max(1), spans: a.warmup_spans, attr_bytes: 128 },
+        Phase { name: "burst", concurrency: c, spans: a.burst_spans, attr_bytes: 1024 },
+        Phase { name: "bigpayload", concurrency: c, spans: a.bigpayload_spans, attr_bytes: 4096 },
+    ];
+    let mut results = Vec::new();
+    let mut seconds = Vec::new();
+    for p in all.iter().filter(|p| a.phases.iter().any(|n| n == p.name)) {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let (r, s) = run_phase(Arc::clone(&a), p, Arc::clone(&stop), run_start).await.with_context(|| format!("phase {}", p.name))?;
+        r.print();
+        results.push(r);
+        seconds.extend(s);
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(s) = scraper {
+        s.abort();
+    }
+    let samples = samples.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(path) = &a.json {
+        let doc = serde_json::json!({ "args": &*a, "phases": results, "seconds": seconds, "metrics": samples });
+        std::fs::write(path, serde_json::to_vec_pretty(&doc)?).with_context(|| format!("writing {path}"))?;
+    }
+    if let Some(path) = &a.report {
+        let title = format!(
+            "loadgen: {} {} c={} {}",
+            a.protocol,
+            a.encoding,
+            a.concurrency,
+            if a.rate > 0.0 { format!("open loop {}/s", a.rate) } else { "closed loop".into() }
+        );
+        report::draw(path, &title, &seconds, &samples)?;
+    }
     Ok(())
 }

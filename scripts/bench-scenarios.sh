@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# The seed's A/B/C/D benchmark (0x08) on this machine: weir in a real cgroup with 1 CPU
+# and 300 MiB (as the seed's container), exporting over OTLP/gRPC to an unconstrained
+# sink weir; loadgen replays warmup / burst / bigpayload.
+#
+#   A: throttle off, moderate load   B: throttle off, overload
+#   C: throttle on,  moderate load   D: throttle on,  overload
+#
+# Environment: PHASE (length of each loadgen phase, default 40s), C_LOW and C_HIGH (the
+# moderate and overload concurrency), EXTRA (more loadgen flags), OUT (results folder,
+# default bench/results/<date>). A weir that dies is restarted (like `restart:
+# on-failure`) and counted. Writes OUT/report.md plus one JSON and SVG per scenario.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PHASE=${PHASE:-40s}
+C_LOW=${C_LOW:-4}
+C_HIGH=${C_HIGH:-64}
+EXTRA=${EXTRA:-}
+OUT=${OUT:-bench/results/$(date +%Y-%m-%d)}
+CPUS=${CPUS:-1}
+MEM=${MEM:-314572800}
+mkdir -p "$OUT"
+WORK=$(mktemp -d)
+
+cargo build --release -q -p weir -p loadgen --bins
+WEIR=target/release/weir
+LOADGEN=target/release/loadgen
+
+cleanup() {
+  touch "$WORK/stop"
+  pkill -f "$WORK/" 2>/dev/null || true
+  [ -n "${SINK_PID:-}" ] && kill "$SINK_PID" 2>/dev/null || true
+  sleep 0.5
+  scripts/run-in-cgroup.sh --remove "weir-bench-$$" || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+"$WEIR" --config config/sink.yaml > "$WORK/sink.log" 2>&1 &
+SINK_PID=$!
+
+cg_file() { # the cgroup file for a controller
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then echo "/sys/fs/cgroup/weir-bench-$$/$2";
+  else echo "$(awk -v c="$1" '$0 ~ / - cgroup / { n=split($NF, o, ","); for (i=1;i<=n;i++) if (o[i]==c) { print $5; exit } }' /proc/self/mountinfo)/weir-bench-$$/$3"; fi
+}
+
+run_scenario() { # name throttle(true|false) concurrency
+  local name=$1 throttle=$2 c=$3
+  local cfg="$WORK/weir-$name.yaml"
+  sed "s/^    enabled: true$/    enabled: $throttle/" config/bench.yaml > "$cfg"
+  grep -q "enabled: $throttle" "$cfg"
+  rm -f "$WORK/stop"; echo 0 > "$WORK/restarts-$name"
+  (
+    restarts=0
+    while true; do
+      scripts/run-in-cgroup.sh "weir-bench-$$" "$CPUS" "$MEM" -- "$WEIR" --config "$cfg" >> "$WORK/weir-$name.log" 2>&1 || true
+      [ -f "$WORK/stop" ] && break
+      restarts=$((restarts + 1)); echo "$restarts" > "$WORK/restarts-$name"
+      sleep 0.5
+    done
+  ) &
+  local sup=$!
+  for _ in $(seq 1 100); do curl -sf http://127.0.0.1:8888/readyz > /dev/null && break; sleep 0.1; done
+  echo "== $name: throttle=$throttle c=$c phases of $PHASE"
+  "$LOADGEN" -url http://127.0.0.1:4318/v1/traces -c "$c" -d "$PHASE" $EXTRA \
+    -metrics-url http://127.0.0.1:8888/metrics -json "$OUT/$name.json" -report "$OUT/$name.svg" | tee "$OUT/$name.txt"
+  local oom peak
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+    oom=$(awk '$1=="oom_kill" {print $2}' "$(cg_file memory memory.events memory.events)" 2>/dev/null || echo 0)
+    peak=$(cat "$(cg_file memory memory.peak memory.peak)" 2>/dev/null || echo 0)
+  else
+    oom=$(awk '$1=="oom_kill" {print $2}' "$(cg_file memory x memory.oom_control)" 2>/dev/null || echo 0)
+    peak=$(cat "$(cg_file memory x memory.max_usage_in_bytes)" 2>/dev/null || echo 0)
+  fi
+  touch "$WORK/stop"
+  for p in $(cat "$(cg_file memory cgroup.procs cgroup.procs)" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
+  wait "$sup" 2>/dev/null || true
+  echo "{\"oom_kills\": ${oom:-0}, \"restarts\": $(cat "$WORK/restarts-$name"), \"peak_mem_bytes\": ${peak:-0}, \"throttle\": $throttle, \"c\": $c}" > "$OUT/$name.cgroup.json"
+  scripts/run-in-cgroup.sh --remove "weir-bench-$$"
+  sleep 1
+}
+
+run_scenario A false "$C_LOW"
+run_scenario B false "$C_HIGH"
+run_scenario C true "$C_LOW"
+run_scenario D true "$C_HIGH"
+
+python3 - "$OUT" "$PHASE" "$C_LOW" "$C_HIGH" "$CPUS" "$MEM" <<'PY'
+import json, sys, os
+out, phase, c_low, c_high, cpus, mem = sys.argv[1:7]
+rows = []
+for name, desc in [("A", "throttle off, moderate"), ("B", "throttle off, overload"), ("C", "throttle on, moderate"), ("D", "throttle on, overload")]:
+    d = json.load(open(os.path.join(out, f"{name}.json")))
+    cg = json.load(open(os.path.join(out, f"{name}.cgroup.json")))
+    ph = d["phases"]
+    secs = d["seconds"]
+    ok = [s["counts"]["ok"] for s in secs]
+    peak_qpm = max((sum(ok[i:i + 60]) * 60 / max(1, len(ok[i:i + 60])) for i in range(max(1, len(ok) - 59))), default=0)
+    total = lambda k: sum(p["counts"][k] for p in ph)
+    dur = sum(p["duration_s"] for p in ph)
+    accepted = sum(p["spans_accepted"] for p in ph)
+    rejected_spans = sum(p["spans_sent"] - p["spans_accepted"] for p in ph)
+    p99 = max((p["p99_ms"] or 0) for p in ph)
+    cpu_peak = max((m["levels"].get("cpu", 0) for m in d["metrics"]), default=0)
+    mem_peak_level = max((m["levels"].get("mem", 0) for m in d["metrics"] if m["levels"].get("mem") == m["levels"].get("mem")), default=0)
+    rows.append(dict(name=name, desc=desc, c=cg["c"], peak_qpm=peak_qpm, ok=total("ok"), rejected=total("status_429") + total("status_503"),
+                     rejected_spans=rejected_spans, lost=total("transport_errors") + total("other"), accepted_sps=accepted / dur, p99=p99,
+                     cpu_peak=cpu_peak, mem_peak=int(cg["peak_mem_bytes"]) / 1048576, mem_level=mem_peak_level, oom=cg["oom_kills"], restarts=cg["restarts"], phases=ph))
+lines = [f"# weir A/B/C/D benchmark", "",
+         f"weir in a real cgroup with {cpus} CPU and {int(mem)//1048576} MiB, exporting over OTLP/gRPC to a sink weir; loadgen (closed loop, JSON bodies as the seed) "
+         f"with three phases of {phase} (warmup c/5 × 128 spans × 128 B, burst c × 512 × 1 KiB, bigpayload c × 128 × 4 KiB). Moderate c={c_low}, overload c={c_high}.", "",
+         "| scenario | c | peak QPM | 200s | rejected (429+503) | rejected spans | lost (errors, timeouts) | accepted spans/s | P99 of 200s (worst phase) | CPU peak | memory peak | OOM kills | restarts |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+for r in rows:
+    lines.append(f"| {r['name']}: {r['desc']} | {r['c']} | {r['peak_qpm']:.0f} | {r['ok']} | {r['rejected']} | {r['rejected_spans']} | {r['lost']} | {r['accepted_sps']:.0f} | {r['p99']:.0f} ms | {r['cpu_peak']:.2f} | {r['mem_peak']:.0f} MiB | {r['oom']} | {r['restarts']} |")
+lines += ["", "Per phase:", "", "| scenario | phase | c | 200 | 429 | 503 | errors | accepted spans/s | P50 | P99 | max |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+for r in rows:
+    for p in r["phases"]:
+        f = lambda v: "-" if v is None else f"{v:.0f} ms"
+        lines.append(f"| {r['name']} | {p['phase']} | {p['concurrency']} | {p['counts']['ok']} | {p['counts']['status_429']} | {p['counts']['status_503']} | {p['counts']['transport_errors'] + p['counts']['other']} | {p['accepted_spans_per_s']:.0f} | {f(p['p50_ms'])} | {f(p['p99_ms'])} | {f(p['max_ms'])} |")
+a, d = rows[0], rows[3]
+lines += ["", "Checks (issue 5):", "",
+          f"- D OOM kills = {d['oom']}, restarts = {d['restarts']} (want 0 and 0)",
+          f"- D accepted spans/s = {d['accepted_sps']:.0f} = {100*d['accepted_sps']/max(1,a['accepted_sps']):.1f}% of A's {a['accepted_sps']:.0f} (want ≥ 95%)",
+          f"- D P99 = {d['p99']:.0f} ms vs A's {a['p99']:.0f} ms (want D ≤ A)", "",
+          "Pictures: " + ", ".join(f"[{n}]({n}.svg)" for n in "ABCD")]
+open(os.path.join(out, "report.md"), "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
