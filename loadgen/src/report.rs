@@ -24,7 +24,8 @@ pub fn draw(path: &str, title: &str, seconds: &[Second], samples: &[Sample]) -> 
         .build_cartesian_2d(0f64..t_max, 0f64..y_max)
         .map_err(|x| e(&x))?;
     c.configure_mesh().x_desc("s").draw().map_err(|x| e(&x))?;
-    let series: [(&str, RGBColor, fn(&Second) -> u64); 4] = [
+    type Series = (&'static str, RGBColor, fn(&Second) -> u64);
+    let series: [Series; 4] = [
         ("200", GREEN, |s| s.counts.ok),
         ("429", RGBColor(230, 150, 0), |s| s.counts.status_429),
         ("503", RED, |s| s.counts.status_503),
