@@ -1,8 +1,15 @@
 //! Compiles the .proto files that opentelemetry-proto does not ship (google.rpc.Status,
-//! RetryInfo). protox is a pure-Rust protobuf compiler, so no `protoc` binary is needed.
+//! RetryInfo, Prometheus remote write, Pyroscope push, pprof). protox is a pure-Rust protobuf compiler, so no `protoc` binary is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/google/rpc/status.proto", "proto/google/rpc/error_details.proto"];
+    let files = [
+        "proto/google/rpc/status.proto",
+        "proto/google/rpc/error_details.proto",
+        "proto/prometheus/types.proto",
+        "proto/prometheus/remote.proto",
+        "proto/push/v1/push.proto",
+        "proto/perftools/profile.proto",
+    ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }

@@ -63,6 +63,20 @@ run_scenario() { # name throttle(true|false) concurrency
   local sup=$!
   for _ in $(seq 1 100); do curl -sf http://127.0.0.1:8888/readyz > /dev/null && break; sleep 0.1; done
   echo "== $name: throttle=$throttle c=$c phases of $PHASE"
+  # CPU and memory of the cgroup once a second, whether or not weir's throttle samples.
+  (
+    prev=""; while [ ! -f "$WORK/stop" ]; do
+      if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+        u=$(awk '$1=="usage_usec" {print $2 * 1000}' "$(cg_file cpu cpu.stat cpu.stat)" 2>/dev/null || echo 0)
+        m=$(cat "$(cg_file memory memory.current memory.current)" 2>/dev/null || echo 0)
+      else
+        u=$(cat "$(cg_file cpuacct x cpuacct.usage)" 2>/dev/null || echo 0)
+        m=$(cat "$(cg_file memory x memory.usage_in_bytes)" 2>/dev/null || echo 0)
+      fi
+      [ -n "$prev" ] && echo "$(( (u - prev) / 10000000 )) $m"
+      prev=$u; sleep 1
+    done > "$WORK/cpu-$name.txt"
+  ) &
   "$LOADGEN" -url http://127.0.0.1:4318/v1/traces -c "$c" -d "$PHASE" $EXTRA \
     -metrics-url http://127.0.0.1:8888/metrics -json "$OUT/$name.json" -report "$OUT/$name.svg" | tee "$OUT/$name.txt"
   local oom peak
@@ -76,7 +90,9 @@ run_scenario() { # name throttle(true|false) concurrency
   touch "$WORK/stop"
   for p in $(cat "$(cg_file memory cgroup.procs cgroup.procs)" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
   wait "$sup" 2>/dev/null || true
-  echo "{\"oom_kills\": ${oom:-0}, \"restarts\": $(cat "$WORK/restarts-$name"), \"peak_mem_bytes\": ${peak:-0}, \"throttle\": $throttle, \"c\": $c}" > "$OUT/$name.cgroup.json"
+  local cpu_peak
+  cpu_peak=$(sort -n "$WORK/cpu-$name.txt" | tail -1 | awk '{print $1}')
+  echo "{\"oom_kills\": ${oom:-0}, \"restarts\": $(cat "$WORK/restarts-$name"), \"peak_mem_bytes\": ${peak:-0}, \"cpu_peak_pct\": ${cpu_peak:-0}, \"throttle\": $throttle, \"c\": $c}" > "$OUT/$name.cgroup.json"
   scripts/run-in-cgroup.sh --remove "weir-bench-$$"
   sleep 1
 }
@@ -102,7 +118,7 @@ for name, desc in [("A", "throttle off, moderate"), ("B", "throttle off, overloa
     accepted = sum(p["spans_accepted"] for p in ph)
     rejected_spans = sum(p["spans_sent"] - p["spans_accepted"] for p in ph)
     p99 = max((p["p99_ms"] or 0) for p in ph)
-    cpu_peak = max((m["levels"].get("cpu", 0) for m in d["metrics"]), default=0)
+    cpu_peak = cg.get("cpu_peak_pct", 0) / 100.0  # CPU time per wall second / 1 core, from the cgroup
     mem_peak_level = max((m["levels"].get("mem", 0) for m in d["metrics"] if m["levels"].get("mem") == m["levels"].get("mem")), default=0)
     rows.append(dict(name=name, desc=desc, c=cg["c"], peak_qpm=peak_qpm, ok=total("ok"), rejected=total("status_429") + total("status_503"),
                      rejected_spans=rejected_spans, lost=total("transport_errors") + total("other"), accepted_sps=accepted / dur, p99=p99,
@@ -110,7 +126,7 @@ for name, desc in [("A", "throttle off, moderate"), ("B", "throttle off, overloa
 lines = [f"# weir A/B/C/D benchmark", "",
          f"weir in a real cgroup with {cpus} CPU and {int(mem)//1048576} MiB, exporting over OTLP/gRPC to a sink weir; loadgen (closed loop, JSON bodies as the seed) "
          f"with three phases of {phase} (warmup c/5 × 128 spans × 128 B, burst c × 512 × 1 KiB, bigpayload c × 128 × 4 KiB). Moderate c={c_low}, overload c={c_high}.", "",
-         "| scenario | c | peak QPM | 200s | rejected (429+503) | rejected spans | lost (errors, timeouts) | accepted spans/s | P99 of 200s (worst phase) | CPU peak | memory peak | OOM kills | restarts |",
+         "| scenario | c | peak QPM | 200s | rejected (429+503) | rejected spans | lost (errors, timeouts) | accepted spans/s | P99 of 200s (worst phase) | CPU peak (cores) | memory peak | OOM kills | restarts |",
          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
     lines.append(f"| {r['name']}: {r['desc']} | {r['c']} | {r['peak_qpm']:.0f} | {r['ok']} | {r['rejected']} | {r['rejected_spans']} | {r['lost']} | {r['accepted_sps']:.0f} | {r['p99']:.0f} ms | {r['cpu_peak']:.2f} | {r['mem_peak']:.0f} MiB | {r['oom']} | {r['restarts']} |")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the OpenTelemetry Python SDK exporters against a real weir and checks the file
-# exporter's output: gRPC + HTTP/protobuf in one venv, HTTP/JSON in another (the JSON
-# exporter's pins clash with the protobuf exporters'). Venvs live under target/.
+# Runs real Python clients against a real weir and checks the file exporter's output:
+# the OpenTelemetry SDK's gRPC + HTTP/protobuf exporters in one venv, its HTTP/JSON
+# exporter in another (their pins clash), and a Prometheus remote-write client library in
+# a third. Venvs live under target/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,7 @@ venv() { # venv DIR PACKAGES...
 }
 venv target/pyvenv-sdk opentelemetry-sdk opentelemetry-exporter-otlp-proto-grpc opentelemetry-exporter-otlp-proto-http
 venv target/pyvenv-json opentelemetry-exporter-otlp-json-http
+venv target/pyvenv-prw prometheus-remote-writer
 
 cargo build -q --bin weir
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -24,7 +26,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for mode in proto json; do
+for mode in proto json remotewrite; do
   WORK=$(mktemp -d)
   HTTP_PORT=$(port); GRPC_PORT=$(port); ADMIN_PORT=$(port)
   cat > "$WORK/weir.yaml" <<YAML
@@ -43,9 +45,12 @@ YAML
     curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" > /dev/null && break
     sleep 0.1
   done
-  venv_dir=target/pyvenv-sdk
-  [ "$mode" = json ] && venv_dir=target/pyvenv-json
-  if ! "$venv_dir/bin/python" tests/python/sdk_export.py "$mode" "http://127.0.0.1:$GRPC_PORT" "http://127.0.0.1:$HTTP_PORT" "$WORK/data"; then
+  case $mode in
+    proto) cmd=(target/pyvenv-sdk/bin/python tests/python/sdk_export.py proto "http://127.0.0.1:$GRPC_PORT" "http://127.0.0.1:$HTTP_PORT" "$WORK/data") ;;
+    json) cmd=(target/pyvenv-json/bin/python tests/python/sdk_export.py json "http://127.0.0.1:$GRPC_PORT" "http://127.0.0.1:$HTTP_PORT" "$WORK/data") ;;
+    remotewrite) cmd=(target/pyvenv-prw/bin/python tests/python/remote_write.py "http://127.0.0.1:$HTTP_PORT" "$WORK/data") ;;
+  esac
+  if ! "${cmd[@]}"; then
     echo "--- weir log"; cat "$WORK/weir.log"
     exit 1
   fi

@@ -60,8 +60,11 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let auth = AuthLayerState::new(&config.receiver.auth.tokens);
     let throttle = Throttle::start(&config.receiver.throttle);
     let mut routes = RouteRegistry::new();
+    // Each receiver declares its own routes.
+    for (path, signal) in http::routes() {
+        routes.register(path, signal);
+    }
     for signal in Signal::ALL {
-        routes.register(signal.http_path(), signal);
         routes.register(signal.grpc_path(), signal);
     }
     let ctx = HttpContext {

@@ -23,3 +23,21 @@ pub mod throttle;
 pub mod rpc {
     include!(concat!(env!("OUT_DIR"), "/google.rpc.rs"));
 }
+
+/// Prometheus remote write 1.0 messages (`proto/prometheus/`).
+#[allow(missing_docs, clippy::all)]
+pub mod prompb {
+    include!(concat!(env!("OUT_DIR"), "/prometheus.rs"));
+}
+
+/// Pyroscope push API messages (`proto/push/v1/`).
+#[allow(missing_docs, clippy::all)]
+pub mod pyroscope_push {
+    include!(concat!(env!("OUT_DIR"), "/push.v1.rs"));
+}
+
+/// pprof's profile format (`proto/perftools/`).
+#[allow(missing_docs, clippy::all)]
+pub mod pprof {
+    include!(concat!(env!("OUT_DIR"), "/perftools.profiles.rs"));
+}

@@ -15,6 +15,8 @@ pub struct PipelineConfig {
     /// How long a shutdown waits for the queue to drain and exporters to flush.
     #[serde(with = "humantime_serde")]
     pub shutdown_timeout: Duration,
+    /// Exports in flight per exporter.
+    pub export_workers: usize,
 }
 
 /// The bounded queue.
@@ -54,7 +56,7 @@ impl Default for BatchConfig {
 
 impl Default for PipelineConfig {
     fn default() -> Self {
-        PipelineConfig { queue: QueueConfig::default(), batch: BatchConfig::default(), shutdown_timeout: Duration::from_secs(10) }
+        PipelineConfig { queue: QueueConfig::default(), batch: BatchConfig::default(), shutdown_timeout: Duration::from_secs(10), export_workers: 4 }
     }
 }
 
@@ -68,6 +70,9 @@ impl PipelineConfig {
         }
         if self.batch.timeout.is_zero() {
             return Err(ConfigError::invalid("pipeline.batch.timeout", "must be > 0"));
+        }
+        if self.export_workers == 0 || self.export_workers > 256 {
+            return Err(ConfigError::invalid("pipeline.export_workers", "must be in [1, 256]"));
         }
         if self.shutdown_timeout.is_zero() {
             return Err(ConfigError::invalid("pipeline.shutdown_timeout", "must be > 0"));

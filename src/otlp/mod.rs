@@ -1,4 +1,5 @@
 //! OTLP encodings beyond what prost gives: canonical OTLP/JSON.
 
 pub mod json;
+pub mod profiles;
 pub mod synth;

@@ -89,10 +89,13 @@ impl Batcher {
     }
 }
 
-/// Feeds batches to one exporter, counting the outcome of each.
-pub async fn export_worker(exporter: Arc<dyn Exporter>, mut rx: mpsc::Receiver<Arc<Batch>>) {
+/// Feeds batches to one exporter, counting the outcome of each. Several workers may share
+/// `rx`; the last one to finish flushes the exporter.
+pub async fn export_worker(exporter: Arc<dyn Exporter>, rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Arc<Batch>>>>, remaining: Arc<std::sync::atomic::AtomicUsize>) {
     let name = exporter.name().to_string();
-    while let Some(batch) = rx.recv().await {
+    loop {
+        let next = rx.lock().await.recv().await;
+        let Some(batch) = next else { break };
         let signal = batch.payload.signal().as_str();
         match exporter.export(&batch.payload).await {
             Ok(()) => {
@@ -105,5 +108,7 @@ pub async fn export_worker(exporter: Arc<dyn Exporter>, mut rx: mpsc::Receiver<A
             }
         }
     }
-    exporter.shutdown().await;
+    if remaining.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+        exporter.shutdown().await;
+    }
 }

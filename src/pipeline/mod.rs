@@ -77,10 +77,17 @@ impl Pipeline {
         // exporter pushes back into the byte budget quickly.
         let mut exporter_txs = Vec::new();
         let mut workers = Vec::new();
+        let n = config.export_workers.max(1);
         for exporter in exporters {
-            let (tx, rx) = mpsc::channel::<Arc<Batch>>(2);
+            let (tx, rx) = mpsc::channel::<Arc<Batch>>(n * 2);
             exporter_txs.push(tx);
-            workers.push(tokio::spawn(batch::export_worker(exporter, rx)));
+            // `export_workers` exports in flight per exporter, sharing one channel, so a
+            // round trip to the upstream does not serialise the whole pipeline.
+            let rx = Arc::new(tokio::sync::Mutex::new(rx));
+            let remaining = Arc::new(std::sync::atomic::AtomicUsize::new(n));
+            for _ in 0..n {
+                workers.push(tokio::spawn(batch::export_worker(Arc::clone(&exporter), Arc::clone(&rx), Arc::clone(&remaining))));
+            }
         }
         let mut batchers = Vec::new();
         let senders = Signal::ALL.map(|signal| {

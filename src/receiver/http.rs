@@ -30,7 +30,27 @@ pub fn router(ingest: Ingest, max_request_body_bytes: usize) -> Router {
             post(move |st: State<HttpState>, req: Request<Body>| export(st, signal, req)).fallback(method_not_allowed),
         );
     }
+    for path in super::promrw::PATHS {
+        r = r.route(path, post(|st: State<HttpState>, req: Request<Body>| async move { super::promrw::write(st.0.ingest, st.0.max_body, req).await }).fallback(method_not_allowed));
+    }
+    for path in super::pyroscope::INGEST_PATHS {
+        r = r.route(path, post(|st: State<HttpState>, req: Request<Body>| async move { super::pyroscope::ingest(st.0.ingest, st.0.max_body, req).await }).fallback(method_not_allowed));
+    }
+    r = r.route(
+        super::pyroscope::PUSH_PATH,
+        post(|st: State<HttpState>, req: Request<Body>| async move { super::pyroscope::push(st.0.ingest, st.0.max_body, req).await }).fallback(method_not_allowed),
+    );
     r.fallback(not_found).with_state(state)
+}
+
+/// Route → record type for every HTTP route this receiver serves (the throttle's
+/// classification registry is filled from here).
+pub fn routes() -> Vec<(&'static str, Signal)> {
+    let mut v: Vec<(&'static str, Signal)> = Signal::ALL.iter().map(|s| (s.http_path(), *s)).collect();
+    v.extend(super::promrw::PATHS.iter().map(|p| (*p, Signal::Metrics)));
+    v.extend(super::pyroscope::INGEST_PATHS.iter().map(|p| (*p, Signal::Profiles)));
+    v.push((super::pyroscope::PUSH_PATH, Signal::Profiles));
+    v
 }
 
 /// Reads a body up to `limit` bytes; more is a 413.

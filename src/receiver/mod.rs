@@ -6,6 +6,8 @@ pub mod decode;
 pub mod grpc;
 pub mod http;
 pub mod middleware;
+pub mod promrw;
+pub mod pyroscope;
 pub mod response;
 pub mod server;
 
