@@ -35,15 +35,34 @@ async fn remote_write_valid_and_invalid() {
         let url = format!("{}{path}", w.http());
         let req = WriteRequest {
             timeseries: vec![
-                TimeSeries { labels: vec![l("__name__", "up"), l("instance", "a:9100"), l("job", "node")], samples: vec![Sample { value: 1.0, timestamp: 1_700_000_000_000 }], exemplars: vec![] },
-                TimeSeries { labels: vec![l("__name__", "temp_celsius"), l("room", "lab")], samples: vec![Sample { value: 21.5, timestamp: 1_700_000_001_000 }, Sample { value: 22.0, timestamp: 1_700_000_002_000 }], exemplars: vec![] },
+                TimeSeries {
+                    labels: vec![l("__name__", "up"), l("instance", "a:9100"), l("job", "node")],
+                    samples: vec![Sample { value: 1.0, timestamp: 1_700_000_000_000 }],
+                    exemplars: vec![],
+                },
+                TimeSeries {
+                    labels: vec![l("__name__", "temp_celsius"), l("room", "lab")],
+                    samples: vec![
+                        Sample { value: 21.5, timestamp: 1_700_000_001_000 },
+                        Sample { value: 22.0, timestamp: 1_700_000_002_000 },
+                    ],
+                    exemplars: vec![],
+                },
             ],
             metadata: vec![],
         };
         assert_eq!(post_rw(&url, "application/x-protobuf", Some("snappy"), snappy(&req.encode_to_vec())).await.0, 204, "{path}");
     }
     let url = format!("{}/api/v1/write", w.http());
-    let series = |labels: Vec<Label>| snappy(&WriteRequest { timeseries: vec![TimeSeries { labels, samples: vec![Sample { value: 1.0, timestamp: 1 }], exemplars: vec![] }], metadata: vec![] }.encode_to_vec());
+    let series = |labels: Vec<Label>| {
+        snappy(
+            &WriteRequest {
+                timeseries: vec![TimeSeries { labels, samples: vec![Sample { value: 1.0, timestamp: 1 }], exemplars: vec![] }],
+                metadata: vec![],
+            }
+            .encode_to_vec(),
+        )
+    };
     let cases: Vec<(Vec<u8>, &str, Option<&str>, u16, &str)> = vec![
         (series(vec![l("__name__", "x"), l("", "v")]), "application/x-protobuf", Some("snappy"), 400, "empty label name"),
         (series(vec![l("__name__", "x"), l("b", "1"), l("a", "2")]), "application/x-protobuf", Some("snappy"), 400, "not sorted"),
@@ -123,15 +142,30 @@ async fn pyroscope_ingest_and_push() {
     use weir::pyroscope_push::{LabelPair, PushRequest, RawProfileSeries, RawSample};
     let push = PushRequest {
         series: vec![RawProfileSeries {
-            labels: vec![LabelPair { name: "__name__".into(), value: "process_cpu".into() }, LabelPair { name: "service_name".into(), value: "ledger".into() }],
+            labels: vec![
+                LabelPair { name: "__name__".into(), value: "process_cpu".into() },
+                LabelPair { name: "service_name".into(), value: "ledger".into() },
+            ],
             samples: vec![RawSample { raw_profile: gzip(&pprof_bytes), id: "s1".into() }],
         }],
     };
-    let r = c.post(format!("{}/push.v1.PusherService/Push", w.http())).header("content-type", "application/proto").body(push.encode_to_vec()).send().await.unwrap();
+    let r = c
+        .post(format!("{}/push.v1.PusherService/Push", w.http()))
+        .header("content-type", "application/proto")
+        .body(push.encode_to_vec())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     use base64::Engine;
     let json = serde_json::json!({"series": [{"labels": [{"name": "service_name", "value": "jsonsvc"}], "samples": [{"rawProfile": base64::engine::general_purpose::STANDARD.encode(&pprof_bytes), "ID": "j1"}]}]});
-    let r = c.post(format!("{}/push.v1.PusherService/Push", w.http())).header("content-type", "application/json").body(json.to_string()).send().await.unwrap();
+    let r = c
+        .post(format!("{}/push.v1.PusherService/Push", w.http()))
+        .header("content-type", "application/json")
+        .body(json.to_string())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.text().await.unwrap(), "{}");
 
@@ -150,7 +184,8 @@ async fn pyroscope_ingest_and_push() {
 
     let lines = wait_profiles(&w, 4).await;
     assert_eq!(lines.len(), 4);
-    let service = |l: &serde_json::Value| l["resourceProfiles"][0]["resource"]["attributes"][0]["value"]["stringValue"].as_str().unwrap().to_string();
+    let service =
+        |l: &serde_json::Value| l["resourceProfiles"][0]["resource"]["attributes"][0]["value"]["stringValue"].as_str().unwrap().to_string();
     let mut services: Vec<_> = lines.iter().map(service).collect();
     services.sort();
     assert_eq!(services, ["billing", "checkout", "jsonsvc", "ledger"]);

@@ -56,7 +56,12 @@ impl Default for BatchConfig {
 
 impl Default for PipelineConfig {
     fn default() -> Self {
-        PipelineConfig { queue: QueueConfig::default(), batch: BatchConfig::default(), shutdown_timeout: Duration::from_secs(10), export_workers: 4 }
+        PipelineConfig {
+            queue: QueueConfig::default(),
+            batch: BatchConfig::default(),
+            shutdown_timeout: Duration::from_secs(10),
+            export_workers: 4,
+        }
     }
 }
 

@@ -100,7 +100,11 @@ fn wrap(resource: Resource, profiles: Vec<otlp::Profile>, dict: Dict) -> ExportP
 /// Converts a decoded pprof profile.
 pub fn from_pprof(p: &pprof::Profile, resource: Resource) -> Result<ExportProfilesServiceRequest, ProfileError> {
     let s = |i: i64| -> Result<&str, ProfileError> {
-        usize::try_from(i).ok().and_then(|i| p.string_table.get(i)).map(String::as_str).ok_or_else(|| ProfileError::Invalid(format!("string index {i} out of range")))
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| p.string_table.get(i))
+            .map(String::as_str)
+            .ok_or_else(|| ProfileError::Invalid(format!("string index {i} out of range")))
     };
     if p.string_table.first().is_some_and(|s| !s.is_empty()) {
         return Err(ProfileError::Invalid("pprof string_table[0] must be empty".into()));
@@ -122,16 +126,29 @@ pub fn from_pprof(p: &pprof::Profile, resource: Resource) -> Result<ExportProfil
     for f in &p.function {
         let (name, system_name, filename) = (dict.string(s(f.name)?), dict.string(s(f.system_name)?), dict.string(s(f.filename)?));
         functions.insert(f.id, dict.d.function_table.len() as i32);
-        dict.d.function_table.push(otlp::Function { name_strindex: name, system_name_strindex: system_name, filename_strindex: filename, start_line: f.start_line });
+        dict.d.function_table.push(otlp::Function {
+            name_strindex: name,
+            system_name_strindex: system_name,
+            filename_strindex: filename,
+            start_line: f.start_line,
+        });
     }
     let mut locations = HashMap::new();
     for l in &p.location {
-        let mapping_index = if l.mapping_id == 0 { 0 } else { *mappings.get(&l.mapping_id).ok_or_else(|| ProfileError::Invalid(format!("location {} names unknown mapping {}", l.id, l.mapping_id)))? };
+        let mapping_index = if l.mapping_id == 0 {
+            0
+        } else {
+            *mappings
+                .get(&l.mapping_id)
+                .ok_or_else(|| ProfileError::Invalid(format!("location {} names unknown mapping {}", l.id, l.mapping_id)))?
+        };
         let lines = l
             .line
             .iter()
             .map(|ln| {
-                let function_index = *functions.get(&ln.function_id).ok_or_else(|| ProfileError::Invalid(format!("location {} names unknown function {}", l.id, ln.function_id)))?;
+                let function_index = *functions
+                    .get(&ln.function_id)
+                    .ok_or_else(|| ProfileError::Invalid(format!("location {} names unknown function {}", l.id, ln.function_id)))?;
                 Ok(otlp::Line { function_index, line: ln.line, column: ln.column })
             })
             .collect::<Result<Vec<_>, ProfileError>>()?;
@@ -142,7 +159,11 @@ pub fn from_pprof(p: &pprof::Profile, resource: Resource) -> Result<ExportProfil
     let mut samples = Vec::with_capacity(p.sample.len());
     for (i, smp) in p.sample.iter().enumerate() {
         if smp.value.len() != p.sample_type.len() {
-            return Err(ProfileError::Invalid(format!("sample[{i}] has {} values for {} sample types", smp.value.len(), p.sample_type.len())));
+            return Err(ProfileError::Invalid(format!(
+                "sample[{i}] has {} values for {} sample types",
+                smp.value.len(),
+                p.sample_type.len()
+            )));
         }
         let stack = smp
             .location_id
@@ -153,13 +174,23 @@ pub fn from_pprof(p: &pprof::Profile, resource: Resource) -> Result<ExportProfil
         let mut attrs = Vec::new();
         for lb in &smp.label {
             let key = s(lb.key)?.to_string();
-            let (value, unit) = if lb.str != 0 { (str_value(s(lb.str)?), "") } else { (AnyValue { value: Some(any_value::Value::IntValue(lb.num)) }, s(lb.num_unit)?) };
+            let (value, unit) = if lb.str != 0 {
+                (str_value(s(lb.str)?), "")
+            } else {
+                (AnyValue { value: Some(any_value::Value::IntValue(lb.num)) }, s(lb.num_unit)?)
+            };
             let unit = unit.to_string();
             attrs.push(dict.attribute(&key, value, &unit));
         }
         samples.push((stack_index, attrs, smp.value.clone()));
     }
-    let period_type = p.period_type.as_ref().map(|t| Ok::<_, ProfileError>(otlp::ValueType { type_strindex: dict.string(s(t.r#type)?), unit_strindex: dict.string(s(t.unit)?) })).transpose()?;
+    let period_type = p
+        .period_type
+        .as_ref()
+        .map(|t| {
+            Ok::<_, ProfileError>(otlp::ValueType { type_strindex: dict.string(s(t.r#type)?), unit_strindex: dict.string(s(t.unit)?) })
+        })
+        .transpose()?;
     let mut profiles = Vec::new();
     for (t, vt) in p.sample_type.iter().enumerate() {
         let sample_type = otlp::ValueType { type_strindex: dict.string(s(vt.r#type)?), unit_strindex: dict.string(s(vt.unit)?) };
@@ -168,7 +199,13 @@ pub fn from_pprof(p: &pprof::Profile, resource: Resource) -> Result<ExportProfil
             samples: samples
                 .iter()
                 .filter(|(_, _, v)| v[t] != 0)
-                .map(|(stack_index, attrs, v)| otlp::Sample { stack_index: *stack_index, attribute_indices: attrs.clone(), link_index: 0, values: vec![v[t]], timestamps_unix_nano: vec![] })
+                .map(|(stack_index, attrs, v)| otlp::Sample {
+                    stack_index: *stack_index,
+                    attribute_indices: attrs.clone(),
+                    link_index: 0,
+                    values: vec![v[t]],
+                    timestamps_unix_nano: vec![],
+                })
                 .collect(),
             time_unix_nano: u64::try_from(p.time_nanos).unwrap_or(0),
             duration_nano: u64::try_from(p.duration_nanos).unwrap_or(0),
@@ -182,7 +219,15 @@ pub fn from_pprof(p: &pprof::Profile, resource: Resource) -> Result<ExportProfil
 }
 
 /// Converts Pyroscope's folded format: `root;child;leaf count` per line.
-pub fn from_folded(text: &str, profile_type: &str, units: &str, sample_rate: u64, from_s: u64, until_s: u64, resource: Resource) -> Result<ExportProfilesServiceRequest, ProfileError> {
+pub fn from_folded(
+    text: &str,
+    profile_type: &str,
+    units: &str,
+    sample_rate: u64,
+    from_s: u64,
+    until_s: u64,
+    resource: Resource,
+) -> Result<ExportProfilesServiceRequest, ProfileError> {
     let mut dict = Dict::new();
     let mut functions: HashMap<String, i32> = HashMap::new();
     let mut samples = Vec::new();
@@ -191,7 +236,8 @@ pub fn from_folded(text: &str, profile_type: &str, units: &str, sample_rate: u64
         if line.is_empty() {
             continue;
         }
-        let (stack, count) = line.rsplit_once(' ').ok_or_else(|| ProfileError::Invalid(format!("line {}: expected `frame;frame count`", n + 1)))?;
+        let (stack, count) =
+            line.rsplit_once(' ').ok_or_else(|| ProfileError::Invalid(format!("line {}: expected `frame;frame count`", n + 1)))?;
         let count: i64 = count.trim().parse().map_err(|_| ProfileError::Invalid(format!("line {}: `{count}` is not a count", n + 1)))?;
         let mut locs = Vec::new();
         // Folded lists the root first; OTLP (like pprof) lists the leaf first.
@@ -203,7 +249,9 @@ pub fn from_folded(text: &str, profile_type: &str, units: &str, sample_rate: u64
                     let f = dict.d.function_table.len() as i32;
                     dict.d.function_table.push(otlp::Function { name_strindex, ..Default::default() });
                     let l = dict.d.location_table.len() as i32;
-                    dict.d.location_table.push(otlp::Location { lines: vec![otlp::Line { function_index: f, ..Default::default() }], ..Default::default() });
+                    dict.d
+                        .location_table
+                        .push(otlp::Location { lines: vec![otlp::Line { function_index: f, ..Default::default() }], ..Default::default() });
                     functions.insert(frame.to_string(), l);
                     l
                 }
@@ -221,7 +269,7 @@ pub fn from_folded(text: &str, profile_type: &str, units: &str, sample_rate: u64
         time_unix_nano: from_s.saturating_mul(1_000_000_000),
         duration_nano: until_s.saturating_sub(from_s).saturating_mul(1_000_000_000),
         period_type: Some(period_type),
-        period: if sample_rate > 0 { (1_000_000_000 / sample_rate) as i64 } else { 0 },
+        period: 1_000_000_000u64.checked_div(sample_rate).unwrap_or(0) as i64,
         original_payload_format: "folded".into(),
         ..Default::default()
     };
@@ -234,7 +282,8 @@ mod tests {
 
     #[test]
     fn folded_stacks_become_dictionary_entries() {
-        let r = from_folded("main;work;hash 7\nmain;work 3\n\nmain;idle 1\n", "cpu", "samples", 100, 1000, 1010, resource("app", &[])).unwrap();
+        let r =
+            from_folded("main;work;hash 7\nmain;work 3\n\nmain;idle 1\n", "cpu", "samples", 100, 1000, 1010, resource("app", &[])).unwrap();
         let d = r.dictionary.as_ref().unwrap();
         let p = &r.resource_profiles[0].scope_profiles[0].profiles[0];
         assert_eq!(p.samples.len(), 3);

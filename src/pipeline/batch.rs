@@ -91,7 +91,11 @@ impl Batcher {
 
 /// Feeds batches to one exporter, counting the outcome of each. Several workers may share
 /// `rx`; the last one to finish flushes the exporter.
-pub async fn export_worker(exporter: Arc<dyn Exporter>, rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Arc<Batch>>>>, remaining: Arc<std::sync::atomic::AtomicUsize>) {
+pub async fn export_worker(
+    exporter: Arc<dyn Exporter>,
+    rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Arc<Batch>>>>,
+    remaining: Arc<std::sync::atomic::AtomicUsize>,
+) {
     let name = exporter.name().to_string();
     loop {
         let next = rx.lock().await.recv().await;

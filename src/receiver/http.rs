@@ -31,14 +31,23 @@ pub fn router(ingest: Ingest, max_request_body_bytes: usize) -> Router {
         );
     }
     for path in super::promrw::PATHS {
-        r = r.route(path, post(|st: State<HttpState>, req: Request<Body>| async move { super::promrw::write(st.0.ingest, st.0.max_body, req).await }).fallback(method_not_allowed));
+        r = r.route(
+            path,
+            post(|st: State<HttpState>, req: Request<Body>| async move { super::promrw::write(st.0.ingest, st.0.max_body, req).await })
+                .fallback(method_not_allowed),
+        );
     }
     for path in super::pyroscope::INGEST_PATHS {
-        r = r.route(path, post(|st: State<HttpState>, req: Request<Body>| async move { super::pyroscope::ingest(st.0.ingest, st.0.max_body, req).await }).fallback(method_not_allowed));
+        r = r.route(
+            path,
+            post(|st: State<HttpState>, req: Request<Body>| async move { super::pyroscope::ingest(st.0.ingest, st.0.max_body, req).await })
+                .fallback(method_not_allowed),
+        );
     }
     r = r.route(
         super::pyroscope::PUSH_PATH,
-        post(|st: State<HttpState>, req: Request<Body>| async move { super::pyroscope::push(st.0.ingest, st.0.max_body, req).await }).fallback(method_not_allowed),
+        post(|st: State<HttpState>, req: Request<Body>| async move { super::pyroscope::push(st.0.ingest, st.0.max_body, req).await })
+            .fallback(method_not_allowed),
     );
     r.fallback(not_found).with_state(state)
 }

@@ -34,7 +34,10 @@ fn check_labels(labels: &[Label], series: usize) -> Result<(), ApiError> {
                 return Err(ApiError::BadRequest(format!("timeseries[{series}].labels[{i}]: duplicate label `{}`", l.name)));
             }
             if *prev > l.name {
-                return Err(ApiError::BadRequest(format!("timeseries[{series}].labels[{i}]: labels not sorted (`{prev}` before `{}`)", l.name)));
+                return Err(ApiError::BadRequest(format!(
+                    "timeseries[{series}].labels[{i}]: labels not sorted (`{prev}` before `{}`)",
+                    l.name
+                )));
             }
         }
     }
@@ -59,9 +62,10 @@ pub fn to_otlp(req: &WriteRequest) -> Result<ExportMetricsServiceRequest, ApiErr
         let attributes: Vec<KeyValue> = ts.labels.iter().filter(|l| l.name != "__name__").map(|l| kv(&l.name, &l.value)).collect();
         let points = by_name.entry(name).or_default();
         for s in &ts.samples {
-            let time = u64::try_from(s.timestamp).ok().and_then(|ms| ms.checked_mul(1_000_000)).ok_or_else(|| {
-                ApiError::BadRequest(format!("timeseries[{i}]: timestamp {} ms is out of range", s.timestamp))
-            })?;
+            let time = u64::try_from(s.timestamp)
+                .ok()
+                .and_then(|ms| ms.checked_mul(1_000_000))
+                .ok_or_else(|| ApiError::BadRequest(format!("timeseries[{i}]: timestamp {} ms is out of range", s.timestamp)))?;
             points.push(NumberDataPoint {
                 attributes: attributes.clone(),
                 time_unix_nano: time,
@@ -72,7 +76,11 @@ pub fn to_otlp(req: &WriteRequest) -> Result<ExportMetricsServiceRequest, ApiErr
     }
     let metrics = by_name
         .into_iter()
-        .map(|(name, data_points)| Metric { name: name.to_string(), data: Some(metric::Data::Gauge(Gauge { data_points })), ..Default::default() })
+        .map(|(name, data_points)| Metric {
+            name: name.to_string(),
+            data: Some(metric::Data::Gauge(Gauge { data_points })),
+            ..Default::default()
+        })
         .collect();
     Ok(ExportMetricsServiceRequest {
         resource_metrics: vec![ResourceMetrics {
@@ -110,7 +118,8 @@ async fn handle(ingest: &Ingest, max_body: usize, req: Request<Body>) -> Result<
             )))
         }
     };
-    let wr = WriteRequest::decode(plain.as_slice()).map_err(|e| ApiError::BadRequest(format!("cannot decode prometheus.WriteRequest: {e}")))?;
+    let wr =
+        WriteRequest::decode(plain.as_slice()).map_err(|e| ApiError::BadRequest(format!("cannot decode prometheus.WriteRequest: {e}")))?;
     let otlp = to_otlp(&wr)?;
     ingest.accept(Payload::Metrics(otlp), Protocol::Http)
 }
@@ -160,7 +169,9 @@ mod tests {
         let Some(metric::Data::Gauge(g)) = &m.data else { panic!() };
         assert_eq!(g.data_points[0].time_unix_nano, 1_700_000_000_123_000_000);
         assert_eq!(g.data_points[0].attributes.len(), 2);
-        let bad = |labels: Vec<Label>| to_otlp(&WriteRequest { timeseries: vec![TimeSeries { labels, samples: vec![], exemplars: vec![] }], metadata: vec![] });
+        let bad = |labels: Vec<Label>| {
+            to_otlp(&WriteRequest { timeseries: vec![TimeSeries { labels, samples: vec![], exemplars: vec![] }], metadata: vec![] })
+        };
         assert!(bad(vec![l("__name__", "x"), l("", "v")]).unwrap_err().to_string().contains("empty label name"));
         assert!(bad(vec![l("b", "1"), l("a", "2")]).unwrap_err().to_string().contains("not sorted"));
         assert!(bad(vec![l("__name__", "x"), l("a", "1"), l("a", "2")]).unwrap_err().to_string().contains("duplicate label `a`"));

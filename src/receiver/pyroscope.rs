@@ -24,15 +24,22 @@ pub const INGEST_PATHS: [&str; 2] = ["/pyroscope/ingest", "/ingest"];
 /// The push API path.
 pub const PUSH_PATH: &str = "/push.v1.PusherService/Push";
 
+/// Labels as (name, value) pairs.
+pub type Labels = Vec<(String, String)>;
+
 /// `app.cpu{env=prod,region=eu}` → ("app", "cpu", labels).
-pub fn parse_name(name: &str) -> Result<(String, String, Vec<(String, String)>), ApiError> {
+pub fn parse_name(name: &str) -> Result<(String, String, Labels), ApiError> {
     let (base, labels) = match name.split_once('{') {
         Some((b, rest)) => {
             let inner = rest.strip_suffix('}').ok_or_else(|| ApiError::BadRequest(format!("name `{name}`: missing closing brace")))?;
             let labels = inner
                 .split(',')
                 .filter(|p| !p.trim().is_empty())
-                .map(|p| p.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).ok_or_else(|| ApiError::BadRequest(format!("name `{name}`: label `{p}` is not key=value"))))
+                .map(|p| {
+                    p.split_once('=')
+                        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                        .ok_or_else(|| ApiError::BadRequest(format!("name `{name}`: label `{p}` is not key=value")))
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             (b, labels)
         }
@@ -63,7 +70,8 @@ fn maybe_gunzip(data: &[u8], limit: usize) -> Result<Vec<u8>, ApiError> {
 
 fn pprof_payload(raw: &[u8], limit: usize, res: opentelemetry_proto::tonic::resource::v1::Resource) -> Result<Payload, ApiError> {
     let plain = maybe_gunzip(raw, limit)?;
-    let p = crate::pprof::Profile::decode(plain.as_slice()).map_err(|e| ApiError::BadRequest(format!("cannot decode pprof profile: {e}")))?;
+    let p =
+        crate::pprof::Profile::decode(plain.as_slice()).map_err(|e| ApiError::BadRequest(format!("cannot decode pprof profile: {e}")))?;
     from_pprof(&p, res).map(Payload::Profiles).map_err(|e| ApiError::BadRequest(format!("invalid pprof profile: {e}")))
 }
 
@@ -72,11 +80,14 @@ fn now_s() -> u64 {
 }
 
 async fn ingest_inner(ingest: &Ingest, max_body: usize, req: Request<Body>) -> Result<(), ApiError> {
-    let q: HashMap<String, String> = serde_urlencoded::from_str(req.uri().query().unwrap_or("")).map_err(|e| ApiError::BadRequest(format!("bad query string: {e}")))?;
+    let q: HashMap<String, String> =
+        serde_urlencoded::from_str(req.uri().query().unwrap_or("")).map_err(|e| ApiError::BadRequest(format!("bad query string: {e}")))?;
     let name = q.get("name").map(String::as_str).unwrap_or("");
     let (app, kind, mut labels) = parse_name(name)?;
     let num = |k: &str, default: u64| -> Result<u64, ApiError> {
-        q.get(k).map_or(Ok(default), |v| v.parse::<u64>().map_err(|_| ApiError::BadRequest(format!("query parameter `{k}`: `{v}` is not a number"))))
+        q.get(k).map_or(Ok(default), |v| {
+            v.parse::<u64>().map_err(|_| ApiError::BadRequest(format!("query parameter `{k}`: `{v}` is not a number")))
+        })
     };
     let until = num("until", now_s())?;
     let from = num("from", until)?;
@@ -94,7 +105,10 @@ async fn ingest_inner(ingest: &Ingest, max_body: usize, req: Request<Body>) -> R
     let payload = match format {
         "folded" | "" => {
             let text = std::str::from_utf8(&body).map_err(|_| ApiError::BadRequest("folded profile is not UTF-8".into()))?;
-            Payload::Profiles(from_folded(text, &kind, &units, sample_rate, from, until, res).map_err(|e| ApiError::BadRequest(format!("invalid folded profile: {e}")))?)
+            Payload::Profiles(
+                from_folded(text, &kind, &units, sample_rate, from, until, res)
+                    .map_err(|e| ApiError::BadRequest(format!("invalid folded profile: {e}")))?,
+            )
         }
         "pprof" => pprof_payload(&body, max_body, res)?,
         other => return Err(ApiError::BadRequest(format!("format `{other}` is not supported (folded, pprof)"))),
@@ -121,7 +135,9 @@ fn decode_push(body: &[u8], json: bool) -> Result<PushRequest, ApiError> {
         }
         for (j, smp) in s.get("samples").and_then(|l| l.as_array()).into_iter().flatten().enumerate() {
             let raw = smp.get("rawProfile").or_else(|| smp.get("raw_profile")).and_then(|x| x.as_str()).unwrap_or_default();
-            let raw_profile = base64::engine::general_purpose::STANDARD.decode(raw).map_err(|e| bad(format!("series[{i}].samples[{j}].rawProfile: invalid base64: {e}")))?;
+            let raw_profile = base64::engine::general_purpose::STANDARD
+                .decode(raw)
+                .map_err(|e| bad(format!("series[{i}].samples[{j}].rawProfile: invalid base64: {e}")))?;
             series.samples.push(RawSample { raw_profile, id: smp.get("ID").and_then(|x| x.as_str()).unwrap_or_default().to_string() });
         }
         req.series.push(series);
@@ -152,7 +168,13 @@ async fn push_inner(ingest: &Ingest, max_body: usize, req: Request<Body>, json: 
     Ok(n)
 }
 
-fn finish(result: Result<(), ApiError>, started: Instant, tenant: Option<&Tenant>, ok: Response<Body>, err: impl FnOnce(ApiError) -> Response<Body>) -> Response<Body> {
+fn finish(
+    result: Result<(), ApiError>,
+    started: Instant,
+    tenant: Option<&Tenant>,
+    ok: Response<Body>,
+    err: impl FnOnce(ApiError) -> Response<Body>,
+) -> Response<Body> {
     match result {
         Ok(()) => {
             count_request(Protocol::Http, Signal::Profiles.as_str(), "accepted", tenant, started.elapsed());
@@ -199,7 +221,16 @@ fn connect_error(e: ApiError) -> Response<Body> {
 pub async fn push(ingest: Ingest, max_body: usize, req: Request<Body>) -> Response<Body> {
     let started = Instant::now();
     let tenant = req.extensions().get::<Tenant>().cloned();
-    let ct = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     let json = match ct.as_str() {
         "application/proto" | "application/x-protobuf" | "application/protobuf" => false,
         "application/json" => true,
