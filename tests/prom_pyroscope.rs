@@ -63,7 +63,8 @@ async fn remote_write_valid_and_invalid() {
             .encode_to_vec(),
         )
     };
-    let cases: Vec<(Vec<u8>, &str, Option<&str>, u16, &str)> = vec![
+    type Case<'a> = (Vec<u8>, &'a str, Option<&'a str>, u16, &'a str);
+    let cases: Vec<Case> = vec![
         (series(vec![l("__name__", "x"), l("", "v")]), "application/x-protobuf", Some("snappy"), 400, "empty label name"),
         (series(vec![l("__name__", "x"), l("b", "1"), l("a", "2")]), "application/x-protobuf", Some("snappy"), 400, "not sorted"),
         (series(vec![l("__name__", "x"), l("a", "1"), l("a", "2")]), "application/x-protobuf", Some("snappy"), 400, "duplicate label `a`"),
