@@ -23,6 +23,8 @@ pub struct Args {
     pub report: Option<String>,
     pub timeout: Duration,
     pub max_requests: u64,
+    pub respect_retry_after: bool,
+    pub http2: bool,
 }
 
 pub const USAGE: &str = "usage: loadgen [flags]   (single or double dash; `-flag value` or `-flag=value`)
@@ -44,7 +46,12 @@ pub const USAGE: &str = "usage: loadgen [flags]   (single or double dash; `-flag
   -metrics-url URL       scrape weir's /metrics every second and keep water levels and states
   -report FILE           draw an SVG of throughput, status mix, P99, water levels and states
   -timeout DURATION      per request (default 10s)
-  -max-requests N        stop a phase after N requests (default 0 = no bound but time)";
+  -max-requests N        stop a phase after N requests (default 0 = no bound but time)
+  -http2                 HTTP/2 without TLS (h2c prior knowledge) instead of HTTP/1.1: a refused
+                         request ends its stream, not the connection
+  -respect-retry-after   closed loop: after a 429/503 with Retry-After (or RESOURCE_EXHAUSTED /
+                         UNAVAILABLE with RetryInfo) the worker waits that long, as OTLP SDK
+                         exporters do (default off: the seed's loop retries at once)";
 
 fn duration(s: &str) -> Result<Duration> {
     let s = s.trim();
@@ -80,6 +87,8 @@ impl Args {
             report: None,
             timeout: Duration::from_secs(10),
             max_requests: 0,
+            respect_retry_after: false,
+            http2: false,
         };
         let mut it = raw.into_iter().peekable();
         while let Some(arg) = it.next() {
@@ -96,6 +105,14 @@ impl Args {
             }
             if name == "gzip" {
                 a.gzip = inline.as_deref().is_none_or(|v| v != "false");
+                continue;
+            }
+            if name == "http2" {
+                a.http2 = inline.as_deref().is_none_or(|v| v != "false");
+                continue;
+            }
+            if name == "respect-retry-after" {
+                a.respect_retry_after = inline.as_deref().is_none_or(|v| v != "false");
                 continue;
             }
             let value = match inline {

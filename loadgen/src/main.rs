@@ -68,7 +68,8 @@ enum Client {
     Grpc(TraceServiceClient<tonic::transport::Channel>),
 }
 
-async fn send(a: &Args, client: &Client, bodies: &Bodies, i: usize) -> Outcome {
+/// Sends one request: its outcome and the server's retry delay, if it gave one.
+async fn send(a: &Args, client: &Client, bodies: &Bodies, i: usize) -> (Outcome, Option<Duration>) {
     match client {
         Client::Http(c) => {
             let ct = if a.encoding == "json" { "application/json" } else { "application/x-protobuf" };
@@ -82,15 +83,17 @@ async fn send(a: &Args, client: &Client, bodies: &Bodies, i: usize) -> Outcome {
             match req.send().await {
                 Ok(r) => {
                     let status = r.status().as_u16();
+                    let retry = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()).map(Duration::from_secs);
                     let _ = r.bytes().await;
-                    match status {
+                    let o = match status {
                         200 => Outcome::Ok,
                         429 => Outcome::TooMany,
                         503 => Outcome::Unavailable,
                         _ => Outcome::Other,
-                    }
+                    };
+                    (o, retry)
                 }
-                Err(_) => Outcome::Transport,
+                Err(_) => (Outcome::Transport, None),
             }
         }
         Client::Grpc(c) => {
@@ -103,14 +106,18 @@ async fn send(a: &Args, client: &Client, bodies: &Bodies, i: usize) -> Outcome {
                 }
             }
             match c.export(req).await {
-                Ok(_) => Outcome::Ok,
-                Err(s) => match s.code() {
-                    tonic::Code::ResourceExhausted => Outcome::TooMany,
-                    tonic::Code::Unavailable if s.message().contains("transport") || s.message().contains("connect") => Outcome::Transport,
-                    tonic::Code::Unavailable => Outcome::Unavailable,
-                    tonic::Code::DeadlineExceeded | tonic::Code::Unknown | tonic::Code::Cancelled => Outcome::Transport,
-                    _ => Outcome::Other,
-                },
+                Ok(_) => (Outcome::Ok, None),
+                Err(s) => {
+                    let retry = weir::exporter::retry_delay_of(&s);
+                    let o = match s.code() {
+                        tonic::Code::ResourceExhausted => Outcome::TooMany,
+                        tonic::Code::Unavailable if s.message().contains("transport") || s.message().contains("connect") => Outcome::Transport,
+                        tonic::Code::Unavailable => Outcome::Unavailable,
+                        tonic::Code::DeadlineExceeded | tonic::Code::Unknown | tonic::Code::Cancelled => Outcome::Transport,
+                        _ => Outcome::Other,
+                    };
+                    (o, retry)
+                }
             }
         }
     }
@@ -127,7 +134,11 @@ async fn client(a: &Args) -> Result<Client> {
         }
         Ok(Client::Grpc(c))
     } else {
-        Ok(Client::Http(reqwest::Client::builder().timeout(a.timeout).pool_max_idle_per_host(a.concurrency * 2).build()?))
+        let mut b = reqwest::Client::builder().timeout(a.timeout).pool_max_idle_per_host(a.concurrency * 2);
+        if a.http2 {
+            b = b.http2_prior_knowledge();
+        }
+        Ok(Client::Http(b.build()?))
     }
 }
 
@@ -161,7 +172,7 @@ async fn run_phase(a: Arc<Args>, p: &Phase, stop: Arc<AtomicBool>, run_start: In
             };
             let (a, client, bodies, stats) = (Arc::clone(&a), client.clone(), Arc::clone(&bodies), Arc::clone(&stats));
             tasks.push(tokio::spawn(async move {
-                let outcome = send(&a, &client, &bodies, i).await;
+                let (outcome, _) = send(&a, &client, &bodies, i).await;
                 stats.record(run_start.elapsed().as_secs(), outcome, scheduled.elapsed());
                 drop(permit);
             }));
@@ -174,9 +185,13 @@ async fn run_phase(a: Arc<Args>, p: &Phase, stop: Arc<AtomicBool>, run_start: In
                 let mut i = w;
                 while Instant::now() < deadline && !stop.load(Ordering::Relaxed) && issued.fetch_add(1, Ordering::Relaxed) < budget {
                     let t0 = Instant::now();
-                    let outcome = send(&a, &client, &bodies, i).await;
+                    let (outcome, retry) = send(&a, &client, &bodies, i).await;
                     stats.record(run_start.elapsed().as_secs(), outcome, t0.elapsed());
                     i += 1;
+                    if let (true, Some(d)) = (a.respect_retry_after, retry) {
+                        let wake = (Instant::now() + d).min(deadline);
+                        tokio::time::sleep_until(wake.into()).await;
+                    }
                 }
             }));
         }
