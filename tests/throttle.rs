@@ -1,5 +1,5 @@
 //! The throttle end to end on real sockets, with the cgroup read from a fixture tree the
-//! test rewrites (the real-cgroup test is `cgroup_e2e.rs`): Open answers 503 / gRPC
+//! test rewrites (the real-cgroup tests are `cgroup_cpu.rs` and `cgroup_mem.rs`): Open answers 503 / gRPC
 //! RESOURCE_EXHAUSTED with retry info, Shedding answers 429, a refused gzip bomb is never
 //! read or decompressed, and an idle machine refuses nothing.
 
@@ -8,59 +8,9 @@ mod support;
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use prost::Message;
-use std::path::Path;
 use std::time::Duration;
+use support::throttle_fixture::*;
 use support::*;
-
-/// A v2 fixture: 1 CPU quota, 1000-byte memory limit, memory.current set by the test.
-fn fixture(root: &Path, mem_current: u64) {
-    let w = |rel: &str, content: &str| {
-        let p = root.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    };
-    w("proc/self/mountinfo", "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
-    w("proc/self/cgroup", "0::/\n");
-    w("sys/fs/cgroup/cgroup.controllers", "cpu memory");
-    w("sys/fs/cgroup/cpu.max", "100000 100000");
-    w("sys/fs/cgroup/cpu.stat", "usage_usec 0\n");
-    w("sys/fs/cgroup/cpuset.cpus.effective", "0");
-    w("sys/fs/cgroup/memory.max", "1000");
-    w("sys/fs/cgroup/memory.stat", "inactive_file 0\n");
-    w("sys/fs/cgroup/memory.current.tmp", &mem_current.to_string());
-    std::fs::rename(root.join("sys/fs/cgroup/memory.current.tmp"), root.join("sys/fs/cgroup/memory.current")).unwrap();
-}
-
-fn yaml(cgroup_root: &Path, rules: &str) -> String {
-    let base = base_yaml(
-        Path::new("{dir}"),
-        &format!(
-            "  throttle:\n    enabled: true\n    sample_interval: 20ms\n    cgroup_root: \"{}\"\n    rules:\n{rules}\n",
-            cgroup_root.display()
-        ),
-    );
-    base.replace("[\"logging\", \"content_decompressor\"]", "[\"logging\", \"content_decompressor\", \"throttle\"]")
-}
-
-async fn wait_state(admin: &str, record_type: &str, want: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let v: serde_json::Value = reqwest::get(format!("{admin}/debug/throttle")).await.unwrap().json().await.unwrap();
-        if v["states"][record_type] == want {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "state of {record_type} never became {want}: {v}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn post(url: &str, body: Vec<u8>, gzip: bool) -> reqwest::Response {
-    let mut r = reqwest::Client::new().post(url).header("content-type", "application/x-protobuf").body(body);
-    if gzip {
-        r = r.header("content-encoding", "gzip");
-    }
-    r.send().await.unwrap()
-}
 
 #[tokio::test]
 async fn open_shedding_and_recovery_over_http_and_grpc() {

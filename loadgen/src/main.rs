@@ -83,7 +83,12 @@ async fn send(a: &Args, client: &Client, bodies: &Bodies, i: usize) -> (Outcome,
             match req.send().await {
                 Ok(r) => {
                     let status = r.status().as_u16();
-                    let retry = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()).map(Duration::from_secs);
+                    let retry = r
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .map(Duration::from_secs);
                     let _ = r.bytes().await;
                     let o = match status {
                         200 => Outcome::Ok,
@@ -111,7 +116,9 @@ async fn send(a: &Args, client: &Client, bodies: &Bodies, i: usize) -> (Outcome,
                     let retry = weir::exporter::retry_delay_of(&s);
                     let o = match s.code() {
                         tonic::Code::ResourceExhausted => Outcome::TooMany,
-                        tonic::Code::Unavailable if s.message().contains("transport") || s.message().contains("connect") => Outcome::Transport,
+                        tonic::Code::Unavailable if s.message().contains("transport") || s.message().contains("connect") => {
+                            Outcome::Transport
+                        }
                         tonic::Code::Unavailable => Outcome::Unavailable,
                         tonic::Code::DeadlineExceeded | tonic::Code::Unknown | tonic::Code::Cancelled => Outcome::Transport,
                         _ => Outcome::Other,

@@ -74,14 +74,14 @@ impl Default for RetryConfig {
     }
 }
 
-/// The `otlp` (gRPC) exporter.
+/// The `otlp` (gRPC) and `otlphttp` exporters.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OtlpExporterConfig {
     /// Name used in metrics and logs; defaults to the type.
     #[serde(default)]
     pub name: Option<String>,
-    /// `http://host:port` or `https://host:port`.
+    /// `http://host:port` or `https://host:port` (gRPC), or the base URL (HTTP).
     pub endpoint: String,
     /// `gzip` or `none`.
     #[serde(default = "default_compression")]
@@ -97,28 +97,9 @@ pub struct OtlpExporterConfig {
     pub headers: std::collections::BTreeMap<String, String>,
 }
 
-/// The `otlphttp` exporter.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OtlpHttpExporterConfig {
-    /// Name used in metrics and logs; defaults to the type.
-    #[serde(default)]
-    pub name: Option<String>,
-    /// Base URL; `/v1/traces` etc. are appended.
-    pub endpoint: String,
-    /// `gzip` or `none`.
-    #[serde(default = "default_compression")]
-    pub compression: String,
-    /// Per-attempt timeout.
-    #[serde(default = "default_timeout", with = "humantime_serde")]
-    pub timeout: Duration,
-    /// Retries.
-    #[serde(default)]
-    pub retry: RetryConfig,
-    /// Extra request headers.
-    #[serde(default)]
-    pub headers: std::collections::BTreeMap<String, String>,
-}
+/// The `otlphttp` exporter: the same keys as `otlp`; `endpoint` is the base URL to which
+/// `/v1/traces` etc. are appended.
+pub type OtlpHttpExporterConfig = OtlpExporterConfig;
 
 fn default_compression() -> String {
     "gzip".into()

@@ -4,6 +4,7 @@
 
 pub mod cgroup;
 pub mod gen;
+pub mod throttle_fixture;
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
