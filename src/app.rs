@@ -57,8 +57,8 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let exporters = exporter::build(&config.exporters)?;
     let (pipeline, tasks) = Pipeline::start(&config.pipeline, exporters);
     let ingest = Ingest::new(Arc::clone(&pipeline));
-    let auth = AuthLayerState::new(&config.receiver.auth.tokens);
-    let throttle = Throttle::start(&config.receiver.throttle);
+    let auth = AuthLayerState::new(&config.receiver.auth.all_tokens());
+    let throttle = Throttle::start(&config.receiver.throttle, &config.receiver.auth);
     let mut routes = RouteRegistry::new();
     // Each receiver declares its own routes.
     for (path, signal) in http::routes() {

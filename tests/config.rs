@@ -147,3 +147,20 @@ fn env_overrides_the_file_and_bad_config_exits_64() {
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
 }
+
+#[test]
+fn tenants_and_priorities() {
+    use weir::config::Priority;
+    let c = Config::from_yaml(
+        "exporters: [{type: blackhole}]\nreceiver:\n  auth:\n    tokens: [a]\n    tenants: {gold: {priority: critical}, bulk: {priority: sheddable}}\n  throttle:\n    rules: {logs: {priority: sheddable}}\n",
+    )
+    .unwrap();
+    assert_eq!(c.receiver.auth.all_tokens(), ["a", "bulk", "gold"]);
+    let m = weir::throttle::manager::ThrottleManager::new(&c.receiver.throttle).with_tenants(&c.receiver.auth);
+    use weir::signal::Signal;
+    assert_eq!(m.priority(Signal::Traces, Some("gold")), Priority::Critical);
+    assert_eq!(m.priority(Signal::Traces, Some("a")), Priority::Normal);
+    assert_eq!(m.priority(Signal::Logs, None), Priority::Sheddable);
+    assert_eq!(m.priority(Signal::Logs, Some("gold")), Priority::Critical, "the tenant wins");
+    assert!(err("exporters: [{type: blackhole}]\nreceiver: {auth: {tenants: {x: {priority: vip}}}}").contains("vip"));
+}

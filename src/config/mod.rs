@@ -14,8 +14,8 @@ pub use exporter::{
     RetryConfig,
 };
 pub use pipeline::{BatchConfig, PipelineConfig, QueueConfig};
-pub use receiver::{AuthConfig, GrpcServerConfig, HttpServerConfig, ReceiverConfig, TlsConfig};
-pub use throttle::{RetryAfterConfig, Rule, RuleConfig, RulesConfig, SignalConfig, SlotConfig, ThresholdsConfig, ThrottleConfig};
+pub use receiver::{AuthConfig, GrpcServerConfig, HttpServerConfig, ReceiverConfig, TenantConfig, TlsConfig};
+pub use throttle::{Priority, RetryAfterConfig, Rule, RuleConfig, RulesConfig, SignalConfig, SlotConfig, ThresholdsConfig, ThrottleConfig};
 
 use figment::providers::{Env, Format, Serialized, Yaml};
 use figment::Figment;

@@ -95,8 +95,28 @@ pub struct TlsConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
-    /// Accepted tokens. Empty: no authentication. A token is also the request's tenant.
+    /// Accepted tokens. Empty (and no `tenants`): no authentication. A token is also the
+    /// request's tenant.
     pub tokens: Vec<String>,
+    /// Per-tenant settings, keyed by token; their tokens are accepted too.
+    pub tenants: std::collections::BTreeMap<String, TenantConfig>,
+}
+
+/// One tenant's settings.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TenantConfig {
+    /// The tenant's priority class (wins over the record type's).
+    pub priority: Option<super::Priority>,
+}
+
+impl AuthConfig {
+    /// Every accepted token: `tokens` plus the tenants' keys.
+    pub fn all_tokens(&self) -> Vec<String> {
+        let mut v = self.tokens.clone();
+        v.extend(self.tenants.keys().filter(|k| !self.tokens.contains(k)).cloned());
+        v
+    }
 }
 
 impl ReceiverConfig {
@@ -141,6 +161,14 @@ impl ReceiverConfig {
         for (i, t) in self.auth.tokens.iter().enumerate() {
             if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
                 return Err(ConfigError::invalid(format!("receiver.auth.tokens[{i}]"), "must be non-empty, without whitespace"));
+            }
+        }
+        for t in self.auth.tenants.keys() {
+            if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(ConfigError::invalid(
+                    format!("receiver.auth.tenants.{t}"),
+                    "a tenant token must be non-empty, without whitespace",
+                ));
             }
         }
         Ok(())

@@ -93,6 +93,34 @@ pub struct RulesConfig {
     pub profiles: Option<RuleConfig>,
 }
 
+/// A request's priority class (seed 003): in Shedding, lower classes go first.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// Refused only when Open; skips the adaptive admission layers.
+    Critical,
+    /// Shed after `sheddable` traffic is shed completely.
+    #[default]
+    Normal,
+    /// Shed first.
+    Sheddable,
+}
+
+impl Priority {
+    /// Index for per-class arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Critical => "critical",
+            Priority::Normal => "normal",
+            Priority::Sheddable => "sheddable",
+        }
+    }
+}
+
 /// One rule; unset fields come from `default`.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -106,6 +134,9 @@ pub struct RuleConfig {
     /// Drop probability when t = 1; 0 = never shed (still refused when Open).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drop_max: Option<f64>,
+    /// Priority class of this record type (a tenant's own priority wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
 }
 
 /// A resolved rule.
@@ -117,6 +148,8 @@ pub struct Rule {
     pub drop_min: f64,
     /// Upper drop probability.
     pub drop_max: f64,
+    /// Priority class.
+    pub priority: Priority,
 }
 
 /// `throttle.retry_after`.
@@ -171,7 +204,7 @@ impl Default for ThresholdsConfig {
 impl Default for RulesConfig {
     fn default() -> Self {
         RulesConfig {
-            default: RuleConfig { enabled: Some(true), drop_min: Some(0.0), drop_max: Some(1.0) },
+            default: RuleConfig { enabled: Some(true), drop_min: Some(0.0), drop_max: Some(1.0), priority: None },
             traces: None,
             metrics: None,
             logs: None,
@@ -200,6 +233,7 @@ impl RulesConfig {
             enabled: own.enabled.or(self.default.enabled).unwrap_or(true),
             drop_min: own.drop_min.or(self.default.drop_min).unwrap_or(0.0),
             drop_max: own.drop_max.or(self.default.drop_max).unwrap_or(1.0),
+            priority: own.priority.or(self.default.priority).unwrap_or_default(),
         }
     }
 }

@@ -10,9 +10,10 @@
 //! gives; memory is a base plus bytes per request in flight plus whatever leaks.
 
 use crate::admission::{Admission, Ticket};
+use crate::config::Priority;
 use crate::config::ThrottleConfig;
 use crate::signal::Signal;
-use crate::throttle::manager::{decide, Decision, Snapshot};
+use crate::throttle::manager::{decide_with_priority, ClassMix, Decision, Snapshot};
 use crate::throttle::sampler::{Readings, Stepper};
 use crate::throttle::state::State;
 use std::collections::VecDeque;
@@ -77,6 +78,8 @@ pub struct Scenario {
     pub phases: Vec<Phase>,
     /// The plant.
     pub plant: Plant,
+    /// Share of arrivals per priority class: critical, normal, sheddable.
+    pub mix: [f64; 3],
 }
 
 /// Which layers run (the throttle itself always does).
@@ -125,6 +128,8 @@ pub struct Outcome {
     pub offered: u64,
     /// Refused by the plant's own full queue (not the throttle).
     pub queue_full: u64,
+    /// Per class (critical, normal, sheddable): completed / offered during overload.
+    pub kept_under_overload: [Option<f64>; 3],
 }
 
 /// splitmix64, seeded: the whole run is a function of the seed.
@@ -155,6 +160,8 @@ impl Rng {
 }
 
 struct Job {
+    class: usize,
+    overload: bool,
     ticket: Ticket,
     arrived: u64,
     work_left: f64,
@@ -208,6 +215,9 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
     let mut last_state = State::Normal;
     let mut changes = 0u64;
     let mut last_overload_end: Option<u64> = None;
+    let mix = ClassMix::default();
+    let (mut class_offered, mut class_done) = ([0u64; 3], [0u64; 3]);
+    let classes = [Priority::Critical, Priority::Normal, Priority::Sheddable];
     let mut normal_since: Option<u64> = Some(0);
 
     let mut now = 0u64;
@@ -225,14 +235,30 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                 if !overloaded {
                     under_offered += 1;
                 }
-                let admitted = match decide(&config, &rule, &snap, Signal::Traces, rng.uniform()) {
+                let draw = rng.uniform();
+                let class = if draw < s.mix[0] {
+                    0
+                } else if draw < s.mix[0] + s.mix[1] {
+                    1
+                } else {
+                    2
+                };
+                mix.record(classes[class]);
+                if overloaded {
+                    class_offered[class] += 1;
+                }
+                let admitted = match decide_with_priority(&config, &rule, &snap, Signal::Traces, classes[class], rng.uniform()) {
+                    // Critical skips the adaptive layers, as in the tower layer.
+                    Decision::Admit(_) if class == 0 => Some(Ticket { start: now }),
                     Decision::Admit(_) => admission.admit(now, snap.pressure).ok(),
                     Decision::Reject { .. } => None,
                 };
                 let admitted = match admitted {
                     Some(t) if queue.len() >= p.queue_limit => {
                         // The plant's own queue is full: refused, and the ticket finishes.
-                        admission.done(t, now, snap.level.cpu);
+                        if class != 0 {
+                            admission.done(t, now, snap.level.cpu);
+                        }
                         out.queue_full += 1;
                         cpu_ns += p.reject_cost / per_tick * TICK_NS as f64;
                         continue;
@@ -243,7 +269,7 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                     Some(ticket) => {
                         leaked += p.leak_per_request;
                         let steady_overload = overloaded && now - phase_start >= 10_000 * TICK_NS;
-                        queue.push_back(Job { ticket, arrived: now, work_left: 1.0, steady_overload });
+                        queue.push_back(Job { class, overload: overloaded, ticket, arrived: now, work_left: 1.0, steady_overload });
                     }
                     None => {
                         out.refused += 1;
@@ -272,7 +298,12 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
             cpu_ns += (1.0 - budget) * TICK_NS as f64;
             while downstream.front().is_some_and(|(t, _)| *t <= now) {
                 let Some((_, job)) = downstream.pop_front() else { break };
-                admission.done(job.ticket, now, snap.level.cpu);
+                if job.class != 0 {
+                    admission.done(job.ticket, now, snap.level.cpu);
+                }
+                if job.overload {
+                    class_done[job.class] += 1;
+                }
                 let ms = (now - job.arrived) as f64 / 1e6;
                 latencies.push(ms);
                 if job.steady_overload {
@@ -294,6 +325,7 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                 cpu_ns = (cpu_ns + noise).max(0.0);
                 let mem = p.mem_base + p.bytes_per_request * (queue.len() + downstream.len()) as f64 + leaked;
                 out.max_mem = out.max_mem.max(mem / p.mem_limit);
+                let shares = mix.roll();
                 snap = stepper.step(
                     origin + Duration::from_nanos(now),
                     Readings {
@@ -304,6 +336,7 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                         mem_limit: Some(p.mem_limit as u64),
                     },
                 );
+                snap.class_share = shares;
                 let st = snap.states[Signal::Traces.index()];
                 out.opened |= st == State::Open;
                 if st != last_state {
@@ -330,8 +363,12 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
     out.p99_ms = p99(&mut latencies).unwrap_or(0.0);
     out.p99_steady_overload_ms = p99(&mut steady);
     out.state_changes_per_min = changes as f64 / (now as f64 / 60e9);
+    out.kept_under_overload = std::array::from_fn(|c| (class_offered[c] > 0).then(|| class_done[c] as f64 / class_offered[c] as f64));
     out
 }
+
+/// Every request of the `normal` class.
+const NORMAL_ONLY: [f64; 3] = [0.0, 1.0, 0.0];
 
 fn phase(secs: f64, load: f64) -> Phase {
     Phase { secs, load, downstream_ms: 5.0 }
@@ -341,32 +378,60 @@ fn phase(secs: f64, load: f64) -> Phase {
 pub fn scenarios() -> Vec<Scenario> {
     let plant = Plant::default();
     vec![
-        Scenario { name: "cold start, full load", phases: vec![phase(60.0, 1.2), phase(30.0, 0.3)], plant: plant.clone() },
+        Scenario {
+            name: "cold start, full load",
+            phases: vec![phase(60.0, 1.2), phase(30.0, 0.3)],
+            plant: plant.clone(),
+            mix: NORMAL_ONLY,
+        },
         Scenario {
             name: "idle gap then burst",
             phases: vec![phase(30.0, 0.5), phase(60.0, 0.0), phase(30.0, 2.0), phase(30.0, 0.3)],
             plant: plant.clone(),
+            mix: NORMAL_ONLY,
         },
-        Scenario { name: "step to 3x", phases: vec![phase(30.0, 0.6), phase(60.0, 3.0), phase(30.0, 0.3)], plant: plant.clone() },
-        Scenario { name: "sustained 10x", phases: vec![phase(10.0, 0.5), phase(60.0, 10.0), phase(30.0, 0.3)], plant: plant.clone() },
+        Scenario {
+            name: "step to 3x",
+            phases: vec![phase(30.0, 0.6), phase(60.0, 3.0), phase(30.0, 0.3)],
+            plant: plant.clone(),
+            mix: NORMAL_ONLY,
+        },
+        Scenario {
+            name: "sustained 10x",
+            phases: vec![phase(10.0, 0.5), phase(60.0, 10.0), phase(30.0, 0.3)],
+            plant: plant.clone(),
+            mix: NORMAL_ONLY,
+        },
         Scenario {
             name: "slow downstream",
             phases: vec![phase(20.0, 0.6), Phase { secs: 60.0, load: 0.6, downstream_ms: 400.0 }, phase(20.0, 0.6)],
             plant: Plant { bytes_per_request: 512.0 * 1024.0, ..plant.clone() },
+            mix: NORMAL_ONLY,
         },
-        Scenario { name: "memory leak", phases: vec![phase(120.0, 0.5)], plant: Plant { leak_per_request: 8.0 * 1024.0, ..plant.clone() } },
-        Scenario { name: "noisy CPU", phases: vec![phase(90.0, 0.6)], plant: Plant { cpu_noise: 0.15, ..plant } },
+        Scenario {
+            name: "memory leak",
+            phases: vec![phase(120.0, 0.5)],
+            plant: Plant { leak_per_request: 8.0 * 1024.0, ..plant.clone() },
+            mix: NORMAL_ONLY,
+        },
+        Scenario { name: "noisy CPU", phases: vec![phase(90.0, 0.6)], plant: Plant { cpu_noise: 0.15, ..plant.clone() }, mix: NORMAL_ONLY },
+        Scenario {
+            name: "priorities at 3x",
+            phases: vec![phase(20.0, 0.6), phase(60.0, 3.0), phase(20.0, 0.3)],
+            plant,
+            mix: [0.2, 0.4, 0.4],
+        },
     ]
 }
 
 /// Renders outcomes as a Markdown table.
 pub fn table(rows: &[(String, &'static str, Outcome)]) -> String {
     let mut t = String::from(
-        "| scenario | layers | goodput (overload) | goodput (≤ capacity) | P99 ms | P99 ms, steady overload | refusals ≤70% load | queue full | s to Normal | state changes/min | max mem |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| scenario | layers | goodput (overload) | goodput (≤ capacity) | P99 ms | P99 ms, steady overload | refusals ≤70% load | queue full | s to Normal | state changes/min | max mem | kept in overload: critical / normal / sheddable |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (layers, name, o) in rows {
         t.push_str(&format!(
-            "| {name} | {layers} | {} | {:.1}% | {:.0} | {} | {} | {} | {} | {:.1} | {:.2} |\n",
+            "| {name} | {layers} | {} | {:.1}% | {:.0} | {} | {} | {} | {} | {:.1} | {:.2} | {} |\n",
             o.goodput_under_overload.map_or("-".into(), |g| format!("{:.1}%", g * 100.0)),
             o.goodput_under_capacity * 100.0,
             o.p99_ms,
@@ -376,6 +441,7 @@ pub fn table(rows: &[(String, &'static str, Outcome)]) -> String {
             o.secs_to_normal.map_or("-".into(), |s| format!("{s:.1}")),
             o.state_changes_per_min,
             o.max_mem,
+            o.kept_under_overload.map(|k| k.map_or("-".into(), |k| format!("{:.0}%", k * 100.0))).join(" / "),
         ));
     }
     t

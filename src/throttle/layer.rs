@@ -127,8 +127,13 @@ where
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
         let signal = self.layer.routes.classify(req.uri().path());
-        match self.layer.manager.decide(signal) {
-            Decision::Admit(reason @ (Reason::Normal | Reason::SheddingPass)) if self.layer.admission.enabled => {
+        let tenant = req.extensions().get::<crate::receiver::Tenant>().map(|t| &*t.0);
+        let priority = signal.map(|s| self.layer.manager.priority(s, tenant));
+        match self.layer.manager.decide_as(signal, priority) {
+            // Critical traffic skips the adaptive layers: it is refused only when Open.
+            Decision::Admit(reason @ (Reason::Normal | Reason::SheddingPass))
+                if self.layer.admission.enabled && priority != Some(crate::config::Priority::Critical) =>
+            {
                 // The admission layers, after the throttle and before the body is read.
                 let adm = &self.layer.admission;
                 match adm.inner.admit(adm.now(), self.layer.manager.pressure()) {

@@ -3,7 +3,7 @@
 use super::retry::{delay_for, Delays};
 use super::state::State;
 use super::WaterLevel;
-use crate::config::{Rule, ThrottleConfig};
+use crate::config::{Priority, Rule, ThrottleConfig};
 use crate::signal::Signal;
 use arc_swap::ArcSwap;
 use std::sync::Arc;
@@ -28,6 +28,9 @@ pub struct Snapshot {
     pub cpu_exit: f64,
     /// The knee the learner found, if any.
     pub knee: Option<f64>,
+    /// Share of recent classified arrivals per priority class (critical, normal,
+    /// sheddable), for shedding lower classes first.
+    pub class_share: [f64; 3],
 }
 
 impl Snapshot {
@@ -42,6 +45,7 @@ impl Snapshot {
             cpu_enter: f64::NAN,
             cpu_exit: f64::NAN,
             knee: None,
+            class_share: [0.0, 1.0, 0.0],
         }
     }
 }
@@ -91,9 +95,29 @@ pub enum Decision {
     },
 }
 
-/// Decides for one request. Pure: the snapshot, the rule and the random draw `u`
-/// (uniform in [0, 1)) are all inputs.
+/// Per-class drop probabilities for an overall drop probability `p` (seed 003): the
+/// volume to drop, p × (sheddable + normal share), comes out of sheddable traffic first,
+/// then normal; critical traffic is never shed (only refused when Open). With one class
+/// only, that class drops with `p` exactly.
+pub fn class_drop(p: f64, share: &[f64; 3], priority: Priority) -> f64 {
+    let (s, n) = (share[Priority::Sheddable.index()], share[Priority::Normal.index()]);
+    let volume = p * (s + n);
+    match priority {
+        Priority::Critical => 0.0,
+        Priority::Sheddable if s > 0.0 => (volume / s).min(1.0),
+        Priority::Normal if n > 0.0 => ((volume - s).max(0.0) / n).min(1.0),
+        _ => p,
+    }
+}
+
+/// Decides for one request. Pure: the snapshot, the rule, the priority and the random
+/// draw `u` (uniform in [0, 1)) are all inputs.
 pub fn decide(config: &ThrottleConfig, rule: &Rule, snap: &Snapshot, signal: Signal, u: f64) -> Decision {
+    decide_with_priority(config, rule, snap, signal, rule.priority, u)
+}
+
+/// [`decide`] for a request whose priority may differ from its rule's (a tenant's).
+pub fn decide_with_priority(config: &ThrottleConfig, rule: &Rule, snap: &Snapshot, signal: Signal, priority: Priority, u: f64) -> Decision {
     if !rule.enabled {
         return Decision::Admit(Reason::Disabled);
     }
@@ -101,7 +125,7 @@ pub fn decide(config: &ThrottleConfig, rule: &Rule, snap: &Snapshot, signal: Sig
         State::Normal => Decision::Admit(Reason::Normal),
         State::Open => Decision::Reject { reason: Reason::Open, retry_after: delay_for(config, snap.delays.open, u) },
         State::Shedding => {
-            let p = rule.drop_min + (rule.drop_max - rule.drop_min) * snap.intensity;
+            let p = class_drop(rule.drop_min + (rule.drop_max - rule.drop_min) * snap.intensity, &snap.class_share, priority);
             if u < p {
                 // Reuse the draw for jitter, rescaled to [0, 1).
                 let j = if p > 0.0 { u / p } else { 0.0 };
@@ -113,6 +137,31 @@ pub fn decide(config: &ThrottleConfig, rule: &Rule, snap: &Snapshot, signal: Sig
     }
 }
 
+/// Counts classified arrivals per priority class between samples.
+#[derive(Debug, Default)]
+pub struct ClassMix {
+    counts: [std::sync::atomic::AtomicU64; 3],
+    last: std::sync::Mutex<Option<[f64; 3]>>,
+}
+
+impl ClassMix {
+    /// Counts one arrival.
+    pub fn record(&self, p: Priority) {
+        self.counts[p.index()].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The shares since the last call (the previous shares when nothing arrived).
+    pub fn roll(&self) -> [f64; 3] {
+        let c = self.counts.each_ref().map(|a| a.swap(0, std::sync::atomic::Ordering::Relaxed) as f64);
+        let total: f64 = c.iter().sum();
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if total > 0.0 {
+            *last = Some(c.map(|x| x / total));
+        }
+        last.unwrap_or([0.0, 1.0, 0.0])
+    }
+}
+
 /// Holds the rules and the latest snapshot; shared by every adapter.
 #[derive(Debug)]
 pub struct ThrottleManager {
@@ -120,6 +169,9 @@ pub struct ThrottleManager {
     config: ThrottleConfig,
     rules: [Rule; 4],
     snapshot: ArcSwap<Snapshot>,
+    tenants: std::collections::HashMap<String, Priority>,
+    /// Arrivals per priority class, rolled into each snapshot by the sampler.
+    pub mix: ClassMix,
 }
 
 impl ThrottleManager {
@@ -130,7 +182,20 @@ impl ThrottleManager {
             config: config.clone(),
             rules: Signal::ALL.map(|s| config.rules.resolve(s)),
             snapshot: ArcSwap::from_pointee(Snapshot::idle()),
+            tenants: Default::default(),
+            mix: ClassMix::default(),
         }
+    }
+
+    /// With per-tenant priorities (from `receiver.auth.tenants`).
+    pub fn with_tenants(mut self, auth: &crate::config::AuthConfig) -> Self {
+        self.tenants = auth.tenants.iter().filter_map(|(t, c)| c.priority.map(|p| (t.clone(), p))).collect();
+        self
+    }
+
+    /// A request's priority: its tenant's, else its record type's rule.
+    pub fn priority(&self, signal: Signal, tenant: Option<&str>) -> Priority {
+        tenant.and_then(|t| self.tenants.get(t).copied()).unwrap_or(self.rules[signal.index()].priority)
     }
 
     /// Whether the throttle is on.
@@ -168,18 +233,26 @@ impl ThrottleManager {
         self.snapshot.load().pressure
     }
 
-    /// Decides for a request of `signal` (None: unclassified path).
+    /// Decides for a request of `signal` (None: unclassified path) at its rule's priority.
     pub fn decide(&self, signal: Option<Signal>) -> Decision {
+        self.decide_as(signal, None)
+    }
+
+    /// Decides for a request of `signal` at `priority` (None: the rule's).
+    pub fn decide_as(&self, signal: Option<Signal>, priority: Option<Priority>) -> Decision {
         let Some(signal) = signal else { return Decision::Admit(Reason::Unclassified) };
         if !self.enabled {
             return Decision::Admit(Reason::Disabled);
         }
+        let rule = &self.rules[signal.index()];
+        let priority = priority.unwrap_or(rule.priority);
+        self.mix.record(priority);
         let snap = self.snapshot.load();
         // Fast path: Normal needs no random draw.
-        if snap.states[signal.index()] == State::Normal && self.rules[signal.index()].enabled {
+        if snap.states[signal.index()] == State::Normal && rule.enabled {
             return Decision::Admit(Reason::Normal);
         }
-        decide(&self.config, &self.rules[signal.index()], &snap, signal, super::uniform())
+        decide_with_priority(&self.config, rule, &snap, signal, priority, super::uniform())
     }
 }
 
@@ -196,7 +269,34 @@ mod tests {
         }
     }
     fn rule(min: f64, max: f64) -> Rule {
-        Rule { enabled: true, drop_min: min, drop_max: max }
+        Rule { enabled: true, drop_min: min, drop_max: max, priority: Priority::Normal }
+    }
+
+    #[test]
+    fn lower_classes_are_shed_first() {
+        let mix = [0.2, 0.4, 0.4];
+        // p = 0.3 of 0.8 non-critical = 0.24 volume: all from sheddable (0.4 share).
+        assert!((class_drop(0.3, &mix, Priority::Sheddable) - 0.6).abs() < 1e-9);
+        assert_eq!(class_drop(0.3, &mix, Priority::Normal), 0.0);
+        assert_eq!(class_drop(0.3, &mix, Priority::Critical), 0.0);
+        // p = 0.75: volume 0.6 > 0.4 sheddable: sheddable all, normal (0.2 / 0.4).
+        assert_eq!(class_drop(0.75, &mix, Priority::Sheddable), 1.0);
+        assert!((class_drop(0.75, &mix, Priority::Normal) - 0.5).abs() < 1e-9);
+        assert_eq!(class_drop(1.0, &mix, Priority::Critical), 0.0);
+        // One class only: exactly p.
+        assert!((class_drop(0.3, &[0.0, 1.0, 0.0], Priority::Normal) - 0.3).abs() < 1e-9);
+        assert!((class_drop(0.3, &[0.0, 0.0, 1.0], Priority::Sheddable) - 0.3).abs() < 1e-9);
+        // Critical is refused only when Open.
+        let c = ThrottleConfig::default();
+        let s = snap(State::Shedding, 1.0);
+        assert_eq!(
+            decide_with_priority(&c, &rule(1.0, 1.0), &s, Signal::Logs, Priority::Critical, 0.0),
+            Decision::Admit(Reason::SheddingPass)
+        );
+        assert!(matches!(
+            decide_with_priority(&c, &rule(1.0, 1.0), &snap(State::Open, 1.0), Signal::Logs, Priority::Critical, 0.5),
+            Decision::Reject { .. }
+        ));
     }
 
     #[test]
@@ -228,7 +328,7 @@ mod tests {
     #[test]
     fn disabled_rule_admits_even_when_open_and_drop_max_zero_never_sheds_but_opens() {
         let c = ThrottleConfig::default();
-        let off = Rule { enabled: false, drop_min: 0.0, drop_max: 1.0 };
+        let off = Rule { enabled: false, drop_min: 0.0, drop_max: 1.0, priority: Priority::Normal };
         assert_eq!(decide(&c, &off, &snap(State::Open, 1.0), Signal::Metrics, 0.0), Decision::Admit(Reason::Disabled));
         let never = rule(0.0, 0.0);
         for u in [0.0, 0.5, 0.999] {

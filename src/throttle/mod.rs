@@ -85,8 +85,8 @@ pub struct Throttle {
 
 impl Throttle {
     /// Builds the manager and, when enabled, starts the sampler.
-    pub fn start(config: &ThrottleConfig) -> Throttle {
-        let manager = Arc::new(ThrottleManager::new(config));
+    pub fn start(config: &ThrottleConfig, auth: &crate::config::AuthConfig) -> Throttle {
+        let manager = Arc::new(ThrottleManager::new(config).with_tenants(auth));
         let (stop, stopped) = watch::channel(false);
         if !config.enabled {
             tracing::info!("throttle disabled: admitting everything, no sampler");

@@ -148,6 +148,7 @@ impl Stepper {
             cpu_enter,
             cpu_exit,
             knee,
+            class_share: [0.0, 1.0, 0.0],
         }
     }
 }
@@ -186,7 +187,8 @@ pub async fn run(
             mem_working_set: mem.map(|m| m.working_set),
             mem_limit: mem.and_then(|m| m.limit),
         };
-        let snapshot = stepper.step(Instant::now(), readings);
+        let mut snapshot = stepper.step(Instant::now(), readings);
+        snapshot.class_share = manager.mix.roll();
         super::metrics::publish(&snapshot, &config);
         manager.publish(snapshot);
         super::metrics::sampler_duration(started.elapsed());
