@@ -56,9 +56,10 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let prometheus = telemetry::install_recorder();
     let exporters = exporter::build(&config.exporters)?;
     let (pipeline, tasks) = Pipeline::start(&config.pipeline, exporters);
-    let ingest = Ingest::new(Arc::clone(&pipeline));
+    let ingest_base = Ingest::new(Arc::clone(&pipeline));
     let auth = AuthLayerState::new(&config.receiver.auth.all_tokens());
     let throttle = Throttle::start(&config.receiver.throttle, &config.receiver.auth);
+    let ingest = ingest_base.with_priorities(Arc::clone(&throttle.manager));
     let mut routes = RouteRegistry::new();
     // Each receiver declares its own routes.
     for (path, signal) in http::routes() {

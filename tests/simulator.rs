@@ -34,6 +34,11 @@ fn scenarios_meet_their_bounds() {
         if name == "memory leak" {
             assert!(o.opened, "the leak must drive the breaker open before the OOM killer");
         }
+        if name == "priorities at 3x" {
+            let [critical, normal, sheddable] = o.kept_under_overload.map(|k| k.unwrap_or(0.0));
+            assert!(critical >= 0.95, "critical kept {critical:.3} of its demand under 3x overload");
+            assert!(normal > sheddable, "normal ({normal:.3}) is shed after sheddable ({sheddable:.3})");
+        }
         if name == "noisy CPU" {
             assert_eq!(o.refused, 0, "noise alone must not shed");
         }

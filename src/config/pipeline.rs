@@ -29,11 +29,13 @@ pub struct QueueConfig {
     /// Retry-After given to clients when the queue is full.
     #[serde(with = "humantime_serde")]
     pub retry_after: Duration,
+    /// Share of `max_bytes` only `critical` traffic may use (seed 003 priorities).
+    pub critical_reserve: f64,
 }
 
 impl Default for QueueConfig {
     fn default() -> Self {
-        QueueConfig { max_bytes: 64 * 1024 * 1024, retry_after: Duration::from_secs(1) }
+        QueueConfig { max_bytes: 64 * 1024 * 1024, retry_after: Duration::from_secs(1), critical_reserve: 0.2 }
     }
 }
 
@@ -69,6 +71,9 @@ impl PipelineConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if self.queue.max_bytes == 0 {
             return Err(ConfigError::invalid("pipeline.queue.max_bytes", "must be > 0"));
+        }
+        if !(0.0..1.0).contains(&self.queue.critical_reserve) {
+            return Err(ConfigError::invalid("pipeline.queue.critical_reserve", "must be in [0, 1)"));
         }
         if self.batch.max_items == 0 {
             return Err(ConfigError::invalid("pipeline.batch.max_items", "must be > 0"));

@@ -61,6 +61,7 @@ pub struct Pipeline {
     /// progress, so nothing can slip into a channel after the batchers drained it.
     senders: RwLock<Option<[mpsc::UnboundedSender<Queued>; 4]>>,
     retry_after: Duration,
+    non_critical_limit: usize,
 }
 
 /// The running stages, for shutdown.
@@ -96,12 +97,21 @@ impl Pipeline {
             batchers.push(tokio::spawn(batcher.run(rx)));
             tx
         });
-        let pipeline = Arc::new(Pipeline { budget, senders: RwLock::new(Some(senders)), retry_after: config.queue.retry_after });
+        let non_critical_limit = (config.queue.max_bytes as f64 * (1.0 - config.queue.critical_reserve)) as usize;
+        let pipeline =
+            Arc::new(Pipeline { budget, senders: RwLock::new(Some(senders)), retry_after: config.queue.retry_after, non_critical_limit });
         (pipeline, PipelineTasks { batchers, workers })
     }
 
     /// Accepts a payload or says why not. Never waits.
     pub fn submit(&self, payload: Payload) -> Result<(), SubmitError> {
+        self.submit_as(payload, true)
+    }
+
+    /// Accepts a payload; non-`critical` payloads may not use the last
+    /// `critical_reserve` share of the budget, so critical traffic still finds room when
+    /// the queue is nearly full.
+    pub fn submit_as(&self, payload: Payload, critical: bool) -> Result<(), SubmitError> {
         let senders = self.senders.read().unwrap_or_else(|e| e.into_inner());
         let Some(senders) = senders.as_ref() else {
             return Err(SubmitError::ShuttingDown);
@@ -109,7 +119,8 @@ impl Pipeline {
         let signal = payload.signal();
         let items = payload.item_count();
         let bytes = payload.encoded_len();
-        let permit = self.budget.try_reserve(signal, bytes, items).ok_or(SubmitError::QueueFull {
+        let limit = if critical { self.budget.max() } else { self.non_critical_limit };
+        let permit = self.budget.try_reserve_within(signal, bytes, items, limit).ok_or(SubmitError::QueueFull {
             used: self.budget.used(),
             max: self.budget.max(),
             retry_after: self.retry_after,

@@ -29,10 +29,17 @@ impl ByteBudget {
     /// A single request larger than the whole budget is admitted only into an empty
     /// queue, so a maximal request can never be refused forever.
     pub fn try_reserve(self: &Arc<Self>, signal: Signal, bytes: usize, items: usize) -> Option<BytesPermit> {
+        self.try_reserve_within(signal, bytes, items, self.max)
+    }
+
+    /// As [`ByteBudget::try_reserve`], but only up to `limit` bytes in use (non-critical
+    /// traffic stops short of the critical reserve).
+    pub fn try_reserve_within(self: &Arc<Self>, signal: Signal, bytes: usize, items: usize, limit: usize) -> Option<BytesPermit> {
+        let limit = limit.min(self.max);
         let mut current = self.used.load(Ordering::Relaxed);
         loop {
             let next = current.saturating_add(bytes);
-            if next > self.max && current != 0 {
+            if next > limit && current != 0 {
                 return None;
             }
             match self.used.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Relaxed) {
@@ -95,6 +102,15 @@ mod tests {
         assert_eq!(b.items_in_flight(Signal::Traces), 0);
         drop(p2);
         assert_eq!(b.used(), 0);
+    }
+
+    #[test]
+    fn non_critical_stops_at_its_limit() {
+        let b = ByteBudget::new(100);
+        let p = b.try_reserve_within(Signal::Traces, 70, 1, 80).unwrap();
+        assert!(b.try_reserve_within(Signal::Traces, 20, 1, 80).is_none(), "non-critical: 90 > 80");
+        let c = b.try_reserve(Signal::Traces, 20, 1).expect("critical may use the reserve");
+        drop((p, c));
     }
 
     #[test]

@@ -31,7 +31,7 @@ impl OtlpGrpc {
         let payload = wrap(req.into_inner());
         let signal = payload.signal();
         metrics::counter!(names::REQUEST_BYTES, "protocol" => "grpc", "signal" => signal.as_str()).increment(payload.encoded_len() as u64);
-        match self.ingest.accept(payload, Protocol::Grpc) {
+        match self.ingest.accept_from(payload, Protocol::Grpc, tenant.as_ref()) {
             Ok(()) => {
                 count_request(Protocol::Grpc, signal.as_str(), "accepted", tenant.as_ref(), started.elapsed());
                 Ok(())

@@ -87,7 +87,7 @@ async fn export(State(st): State<HttpState>, signal: Signal, req: Request<Body>)
     let tenant = req.extensions().get::<Tenant>().cloned();
     let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_string);
     let error_format = Format::for_errors(content_type.as_deref());
-    let result = handle(&st, signal, req, content_type.as_deref()).await;
+    let result = handle(&st, signal, req, content_type.as_deref(), tenant.as_ref()).await;
     match result {
         Ok(format) => {
             count_request(Protocol::Http, signal.as_str(), "accepted", tenant.as_ref(), started.elapsed());
@@ -104,7 +104,13 @@ async fn export(State(st): State<HttpState>, signal: Signal, req: Request<Body>)
     }
 }
 
-async fn handle(st: &HttpState, signal: Signal, req: Request<Body>, content_type: Option<&str>) -> Result<Format, ApiError> {
+async fn handle(
+    st: &HttpState,
+    signal: Signal,
+    req: Request<Body>,
+    content_type: Option<&str>,
+    tenant: Option<&Tenant>,
+) -> Result<Format, ApiError> {
     let format = content_type.and_then(Format::from_content_type).ok_or_else(|| {
         ApiError::UnsupportedMediaType(format!(
             "unsupported Content-Type `{}`; use application/x-protobuf or application/json",
@@ -126,7 +132,7 @@ async fn handle(st: &HttpState, signal: Signal, req: Request<Body>, content_type
     let body = read_body(req.into_body(), st.max_body).await?;
     metrics::counter!(names::REQUEST_BYTES, "protocol" => "http", "signal" => signal.as_str()).increment(body.len() as u64);
     let payload = decode::decode(signal, format, &body)?;
-    st.ingest.accept(payload, Protocol::Http)?;
+    st.ingest.accept_from(payload, Protocol::Http, tenant)?;
     Ok(format)
 }
 

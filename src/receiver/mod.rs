@@ -51,20 +51,38 @@ impl Protocol {
 #[derive(Debug, Clone)]
 pub struct Ingest {
     pipeline: Arc<Pipeline>,
+    priorities: Option<Arc<crate::throttle::manager::ThrottleManager>>,
 }
 
 impl Ingest {
     /// Wraps the pipeline.
     pub fn new(pipeline: Arc<Pipeline>) -> Self {
-        Ingest { pipeline }
+        Ingest { pipeline, priorities: None }
     }
 
-    /// Submits a decoded payload; items are counted received, then accepted or rejected.
+    /// Knows request priorities (tenant, record type), so non-critical payloads leave the
+    /// pipeline's critical reserve alone.
+    pub fn with_priorities(mut self, manager: Arc<crate::throttle::manager::ThrottleManager>) -> Self {
+        self.priorities = Some(manager);
+        self
+    }
+
+    /// Submits a decoded payload at normal priority.
     pub fn accept(&self, payload: Payload, protocol: Protocol) -> Result<(), ApiError> {
+        self.accept_from(payload, protocol, None)
+    }
+
+    /// Submits a decoded payload from `tenant`; items are counted received, then
+    /// accepted or rejected.
+    pub fn accept_from(&self, payload: Payload, protocol: Protocol, tenant: Option<&Tenant>) -> Result<(), ApiError> {
+        let critical = self
+            .priorities
+            .as_ref()
+            .is_some_and(|m| m.priority(payload.signal(), tenant.map(|t| &*t.0)) == crate::config::Priority::Critical);
         let signal = payload.signal().as_str();
         let items = payload.item_count() as u64;
         metrics::counter!(names::ITEMS_RECEIVED, "protocol" => protocol.as_str(), "signal" => signal).increment(items);
-        match self.pipeline.submit(payload) {
+        match self.pipeline.submit_as(payload, critical) {
             Ok(()) => {
                 metrics::counter!(names::ITEMS_ACCEPTED, "signal" => signal).increment(items);
                 Ok(())

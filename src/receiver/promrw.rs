@@ -96,6 +96,7 @@ pub fn to_otlp(req: &WriteRequest) -> Result<ExportMetricsServiceRequest, ApiErr
 }
 
 async fn handle(ingest: &Ingest, max_body: usize, req: Request<Body>) -> Result<(), ApiError> {
+    let tenant = req.extensions().get::<Tenant>().cloned();
     let ct = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !ct.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/x-protobuf") {
         return Err(ApiError::UnsupportedMediaType(format!("remote write needs Content-Type application/x-protobuf, got `{ct}`")));
@@ -121,7 +122,7 @@ async fn handle(ingest: &Ingest, max_body: usize, req: Request<Body>) -> Result<
     let wr =
         WriteRequest::decode(plain.as_slice()).map_err(|e| ApiError::BadRequest(format!("cannot decode prometheus.WriteRequest: {e}")))?;
     let otlp = to_otlp(&wr)?;
-    ingest.accept(Payload::Metrics(otlp), Protocol::Http)
+    ingest.accept_from(Payload::Metrics(otlp), Protocol::Http, tenant.as_ref())
 }
 
 /// The handler for both paths: 204 on success.

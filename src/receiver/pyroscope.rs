@@ -80,6 +80,7 @@ fn now_s() -> u64 {
 }
 
 async fn ingest_inner(ingest: &Ingest, max_body: usize, req: Request<Body>) -> Result<(), ApiError> {
+    let tenant = req.extensions().get::<Tenant>().cloned();
     let q: HashMap<String, String> =
         serde_urlencoded::from_str(req.uri().query().unwrap_or("")).map_err(|e| ApiError::BadRequest(format!("bad query string: {e}")))?;
     let name = q.get("name").map(String::as_str).unwrap_or("");
@@ -113,7 +114,7 @@ async fn ingest_inner(ingest: &Ingest, max_body: usize, req: Request<Body>) -> R
         "pprof" => pprof_payload(&body, max_body, res)?,
         other => return Err(ApiError::BadRequest(format!("format `{other}` is not supported (folded, pprof)"))),
     };
-    ingest.accept(payload, Protocol::Http)
+    ingest.accept_from(payload, Protocol::Http, tenant.as_ref())
 }
 
 /// Push API request bodies, protobuf or connect JSON.
@@ -146,6 +147,7 @@ fn decode_push(body: &[u8], json: bool) -> Result<PushRequest, ApiError> {
 }
 
 async fn push_inner(ingest: &Ingest, max_body: usize, req: Request<Body>, json: bool) -> Result<usize, ApiError> {
+    let tenant = req.extensions().get::<Tenant>().cloned();
     let body = read_body(req.into_body(), max_body).await?;
     metrics::counter!(names::REQUEST_BYTES, "protocol" => "pyroscope", "signal" => "profiles").increment(body.len() as u64);
     let push = decode_push(&body, json)?;
@@ -163,7 +165,7 @@ async fn push_inner(ingest: &Ingest, max_body: usize, req: Request<Body>, json: 
     }
     let n = payloads.len();
     for p in payloads {
-        ingest.accept(p, Protocol::Http)?;
+        ingest.accept_from(p, Protocol::Http, tenant.as_ref())?;
     }
     Ok(n)
 }

@@ -254,7 +254,9 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                     Decision::Reject { .. } => None,
                 };
                 let admitted = match admitted {
-                    Some(t) if queue.len() >= p.queue_limit => {
+                    // The plant's queue keeps its last 20% for critical work (as weir's
+                    // pipeline budget does with `critical_reserve`).
+                    Some(t) if queue.len() >= if class == 0 { p.queue_limit } else { p.queue_limit * 4 / 5 } => {
                         // The plant's own queue is full: refused, and the ticket finishes.
                         if class != 0 {
                             admission.done(t, now, snap.level.cpu);
