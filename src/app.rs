@@ -57,7 +57,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let exporters = exporter::build(&config.exporters)?;
     let (pipeline, tasks) = Pipeline::start(&config.pipeline, exporters);
     let ingest_base = Ingest::new(Arc::clone(&pipeline));
-    let auth = AuthLayerState::new(&config.receiver.auth.all_tokens());
+    let auth = AuthLayerState::with_quotas(&config.receiver.auth.all_tokens(), crate::quota::Quotas::from_config(&config.receiver.auth));
     let throttle = Throttle::start(&config.receiver.throttle, &config.receiver.auth);
     let ingest = ingest_base.with_priorities(Arc::clone(&throttle.manager));
     let mut routes = RouteRegistry::new();

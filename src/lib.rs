@@ -12,6 +12,7 @@ pub mod config;
 pub mod exporter;
 pub mod otlp;
 pub mod pipeline;
+pub mod quota;
 pub mod receiver;
 pub mod signal;
 pub mod sim;

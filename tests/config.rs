@@ -105,6 +105,15 @@ fn every_rule_names_its_key() {
         ("exporters: [{type: blackhole}]\nreceiver: {throttle: {retry_after: {mode: soon}}}", "receiver.throttle.retry_after.mode"),
         ("exporters: [{type: blackhole}]\nreceiver: {throttle: {retry_after: {min: 10s, max: 5s}}}", "receiver.throttle.retry_after"),
         ("exporters: [{type: blackhole}]\nreceiver: {http_server: {middlewares: [\"throttle;mode=x\"]}}", "unknown option `mode`"),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {auth: {tenants: {t1: {rate: {requests_per_second: 0}}}}}",
+            "receiver.auth.tenants.t1.rate",
+        ),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {auth: {tenants: {t1: {rate: {requests_per_second: 5, burst: 0}}}}}",
+            "receiver.auth.tenants.t1.rate",
+        ),
+        ("exporters: [{type: blackhole}]\npipeline: {queue: {critical_reserve: 1.0}}", "pipeline.queue.critical_reserve"),
     ];
     for (yaml, want) in cases {
         let e = err(yaml);

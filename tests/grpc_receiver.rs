@@ -89,3 +89,33 @@ async fn tokens_are_required_on_both_servers_and_become_the_tenant() {
     assert_eq!(alpha, Some(1.0));
     w.app.shutdown().await;
 }
+
+#[tokio::test]
+async fn tenant_quota_refuses_with_the_exact_wait_before_the_body() {
+    let extra = "  auth:\n    tenants:\n      limited: {rate: {requests_per_second: 2, burst: 2}}\n      free: {}\n";
+    let w = start_yaml(&base_yaml(std::path::Path::new("{dir}"), extra)).await;
+    let c = reqwest::Client::new();
+    let url = format!("{}/v1/traces", w.http());
+    let body = prost::Message::encode_to_vec(&traces("q", 1, 1));
+    let send = |token: &'static str| {
+        c.post(&url).header("content-type", "application/x-protobuf").header("x-bk-token", token).body(body.clone()).send()
+    };
+    assert_eq!(send("limited").await.unwrap().status(), 200);
+    assert_eq!(send("limited").await.unwrap().status(), 200);
+    let r = send("limited").await.unwrap();
+    assert_eq!(r.status(), 429, "third request inside the burst window");
+    assert_eq!(r.headers()["retry-after"], "1", "0.5 s rounded up to whole seconds");
+    for _ in 0..5 {
+        assert_eq!(send("free").await.unwrap().status(), 200, "a tenant without a rate is not limited");
+    }
+    let ch = tonic::transport::Channel::from_shared(w.grpc()).unwrap().connect().await.unwrap();
+    let mut req = tonic::Request::new(traces("g", 1, 1));
+    req.metadata_mut().insert("x-bk-token", "limited".parse().unwrap());
+    let err = TraceServiceClient::new(ch).export(req).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    let wait = weir::exporter::retry_delay_of(&err).expect("RetryInfo carries the exact wait");
+    assert!(wait > std::time::Duration::ZERO && wait <= std::time::Duration::from_millis(1000), "{wait:?}");
+    let refused = metric_value(&w.admin(), "weir_quota_rejected_total{tenant=\"limited\"}").await;
+    assert_eq!(refused, Some(2.0));
+    w.app.shutdown().await;
+}

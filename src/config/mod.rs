@@ -14,7 +14,7 @@ pub use exporter::{
     RetryConfig,
 };
 pub use pipeline::{BatchConfig, PipelineConfig, QueueConfig};
-pub use receiver::{AuthConfig, GrpcServerConfig, HttpServerConfig, ReceiverConfig, TenantConfig, TlsConfig};
+pub use receiver::{AuthConfig, GrpcServerConfig, HttpServerConfig, RateConfig, ReceiverConfig, TenantConfig, TlsConfig};
 pub use throttle::{Priority, RetryAfterConfig, Rule, RuleConfig, RulesConfig, SignalConfig, SlotConfig, ThresholdsConfig, ThrottleConfig};
 
 use figment::providers::{Env, Format, Serialized, Yaml};

@@ -108,6 +108,23 @@ pub struct AuthConfig {
 pub struct TenantConfig {
     /// The tenant's priority class (wins over the record type's).
     pub priority: Option<super::Priority>,
+    /// Request quota; none = unlimited.
+    pub rate: Option<RateConfig>,
+}
+
+/// A request quota.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateConfig {
+    /// Sustained requests per second.
+    pub requests_per_second: f64,
+    /// Requests that may come at once.
+    #[serde(default = "default_burst")]
+    pub burst: u32,
+}
+
+fn default_burst() -> u32 {
+    1
 }
 
 impl AuthConfig {

@@ -27,3 +27,5 @@ pub const CONNECTIONS: &str = "weir_receiver_connections";
 pub const REQUESTS_REJECTED: &str = "weir_receiver_requests_rejected_total";
 /// Compressed bytes fed to the decompressor, by `encoding`.
 pub const DECOMPRESSED_BYTES: &str = "weir_receiver_decompressed_input_bytes_total";
+/// Requests refused by a tenant's quota, by `tenant`.
+pub const QUOTA_REJECTED: &str = "weir_quota_rejected_total";

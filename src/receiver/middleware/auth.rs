@@ -13,19 +13,25 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// The accepted tokens.
+/// The accepted tokens and the tenants' request quotas.
 #[derive(Debug, Clone)]
 pub struct AuthLayerState {
     tokens: Arc<HashSet<Arc<str>>>,
+    quotas: Arc<crate::quota::Quotas>,
 }
 
 impl AuthLayerState {
     /// `None` when no tokens are configured (auth off).
     pub fn new(tokens: &[String]) -> Option<Self> {
+        Self::with_quotas(tokens, crate::quota::Quotas::default())
+    }
+
+    /// With per-tenant quotas, checked right after the token, before any body byte.
+    pub fn with_quotas(tokens: &[String], quotas: crate::quota::Quotas) -> Option<Self> {
         if tokens.is_empty() {
             return None;
         }
-        Some(AuthLayerState { tokens: Arc::new(tokens.iter().map(|t| Arc::from(t.as_str())).collect()) })
+        Some(AuthLayerState { tokens: Arc::new(tokens.iter().map(|t| Arc::from(t.as_str())).collect()), quotas: Arc::new(quotas) })
     }
 
     fn find(&self, presented: &str) -> Option<Arc<str>> {
@@ -48,6 +54,16 @@ pub(super) async fn auth(State((kind, state)): State<(ServerKind, AuthLayerState
     let tenant = presented_token(&req).and_then(|t| state.find(t));
     match tenant {
         Some(t) => {
+            if let Err(wait) = state.quotas.check(&t) {
+                metrics::counter!(crate::telemetry::names::QUOTA_REJECTED, "tenant" => t.to_string()).increment(1);
+                req.extensions_mut().insert(Tenant(Arc::clone(&t)));
+                let err = ApiError::Throttled {
+                    message: format!("tenant quota exceeded; next request conforms in {:.3}s", wait.as_secs_f64()),
+                    retry_after: wait,
+                    open: false,
+                };
+                return reject(kind, &req, err, started);
+            }
             req.extensions_mut().insert(Tenant(t));
             next.run(req).await
         }
