@@ -180,12 +180,21 @@ impl ReceiverConfig {
                 return Err(ConfigError::invalid(format!("receiver.auth.tokens[{i}]"), "must be non-empty, without whitespace"));
             }
         }
-        for t in self.auth.tenants.keys() {
+        for (t, c) in &self.auth.tenants {
             if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
                 return Err(ConfigError::invalid(
                     format!("receiver.auth.tenants.{t}"),
                     "a tenant token must be non-empty, without whitespace",
                 ));
+            }
+            if let Some(r) = &c.rate {
+                let ok = r.requests_per_second > 0.0 && r.requests_per_second.is_finite() && r.burst >= 1;
+                if !ok {
+                    return Err(ConfigError::invalid(
+                        format!("receiver.auth.tenants.{t}.rate"),
+                        "need requests_per_second > 0 and burst >= 1",
+                    ));
+                }
             }
         }
         Ok(())
