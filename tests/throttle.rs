@@ -83,6 +83,17 @@ async fn an_idle_machine_refuses_nothing() {
         assert_eq!(resp.status(), 200, "request {i}");
     }
     assert_eq!(wait_items(&w.data_dir(), "traces", 200).await.len(), 200);
+    // Connections and their RTT are sampled with the water levels.
+    let client = reqwest::Client::new();
+    let _ =
+        client.post(&url).header("content-type", "application/x-protobuf").body(traces("keep", 1, 1).encode_to_vec()).send().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let v: serde_json::Value = client.get(format!("{}/debug/throttle", w.admin())).send().await.unwrap().json().await.unwrap();
+    assert!(v["connections"]["accepted_total"].as_u64().unwrap() >= 1, "{}", v["connections"]);
+    assert!(v["connections"]["open"].as_u64().unwrap() >= 1, "the keep-alive connection is open: {}", v["connections"]);
+    assert_eq!(v["connection_surge"], false);
+    let open = metric_value(&w.admin(), "weir_receiver_open_connections{server=\"http\"}").await;
+    assert!(open.is_some_and(|o| o >= 1.0), "{open:?}");
     w.app.shutdown().await;
 }
 

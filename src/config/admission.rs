@@ -125,3 +125,26 @@ pub fn validate(
     }
     Ok(())
 }
+
+/// Seed 004's connection and RTT signal as an optional overload input: when the open
+/// connections surge past `surge_ratio` × their baseline AND the smoothed RTT of weir's
+/// sockets rises past `rtt_ratio` × its baseline, the admission layers treat the system
+/// as overloaded even if CPU and memory have not caught up yet.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionSignalConfig {
+    /// Off by default: a surge of idle keep-alive connections is no overload.
+    pub enabled: bool,
+    /// Open connections / baseline that counts as a surge.
+    pub surge_ratio: f64,
+    /// Mean smoothed RTT / baseline that counts as degradation.
+    pub rtt_ratio: f64,
+    /// History weight of the baselines per sample.
+    pub baseline_beta: f64,
+}
+
+impl Default for ConnectionSignalConfig {
+    fn default() -> Self {
+        ConnectionSignalConfig { enabled: false, surge_ratio: 2.0, rtt_ratio: 2.0, baseline_beta: 0.98 }
+    }
+}

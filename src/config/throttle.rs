@@ -37,6 +37,8 @@ pub struct ThrottleConfig {
     pub bbr: super::admission::BbrConfig,
     /// CPU knee learner.
     pub knee: super::admission::KneeConfig,
+    /// Connection surge + RTT degradation as an overload signal (seed 004).
+    pub connection_signal: super::admission::ConnectionSignalConfig,
 }
 
 /// `throttle.signal`.
@@ -182,6 +184,7 @@ impl Default for ThrottleConfig {
             burst_damping: Default::default(),
             bbr: Default::default(),
             knee: Default::default(),
+            connection_signal: Default::default(),
         }
     }
 }
@@ -297,6 +300,11 @@ impl ThrottleConfig {
             other => return Err(ConfigError::invalid(key("retry_after.mode"), format!("`{other}`: must be `derived` or `random`"))),
         }
         super::admission::validate(prefix, &self.slow_start, &self.burst_damping, &self.bbr, &self.knee, self.max_inflight_per_core)?;
+        let cs = &self.connection_signal;
+        let cs_ok = cs.surge_ratio > 1.0 && cs.rtt_ratio > 1.0 && (0.0..1.0).contains(&cs.baseline_beta);
+        if !cs_ok {
+            return Err(ConfigError::invalid(key("connection_signal"), "need surge_ratio > 1, rtt_ratio > 1, baseline_beta in [0, 1)"));
+        }
         if self.retry_after.min > self.retry_after.max || self.retry_after.max > Duration::from_secs(3600) {
             return Err(ConfigError::invalid(key("retry_after"), "need min <= max <= 1h"));
         }

@@ -2,6 +2,7 @@
 //! pipeline ([`Ingest`]) and one error mapping ([`response`]).
 
 pub mod compression;
+pub mod conntrack;
 pub mod decode;
 pub mod grpc;
 pub mod http;

@@ -95,6 +95,7 @@ pub async fn serve(
     tls: Option<tokio_rustls::TlsAcceptor>,
     max_conns: Option<usize>,
     app: Router,
+    tracker: Option<std::sync::Arc<super::conntrack::ConnRegistry>>,
 ) -> Result<ServerHandle, ServerError> {
     let listener =
         TcpListener::bind(endpoint).await.map_err(|source| ServerError::Bind { name, endpoint: endpoint.to_string(), source })?;
@@ -126,6 +127,10 @@ pub async fn serve(
                 _ = stopped.changed() => break,
             };
             let _ = stream.set_nodelay(true);
+            let conn = tracker.clone().map(|t| {
+                let id = t.for_server(name).map(|c| c.open(std::os::fd::AsRawFd::as_raw_fd(&stream)));
+                (t, id)
+            });
             let svc = TowerToHyperService::new(app.clone());
             let tls = tls.clone();
             let builder = builder.clone();
@@ -149,6 +154,11 @@ pub async fn serve(
                     tracing::debug!(server = name, %peer, error = %e, "connection ended with error");
                 }
                 gauge.decrement(1.0);
+                if let Some((t, Some(id))) = conn {
+                    if let Some(c) = t.for_server(name) {
+                        c.close(id);
+                    }
+                }
             });
         }
         drop(listener);

@@ -51,6 +51,8 @@ async fn handler(State(s): State<DebugState>) -> Json<serde_json::Value> {
         "sample_interval_seconds": c.sample_interval.as_secs_f64(),
         "cgroup_paths": paths,
         "effective_lines": {"cpu_enter": snap.cpu_enter, "cpu_exit": snap.cpu_exit},
+        "connections": snap.conns,
+        "connection_surge": snap.conn_surge,
         "pressure": {"above_exit": snap.pressure.above_exit, "above_enter": snap.pressure.above_enter},
         "admission": {
             "inflight": inflight,

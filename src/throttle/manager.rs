@@ -31,6 +31,10 @@ pub struct Snapshot {
     /// Share of recent classified arrivals per priority class (critical, normal,
     /// sheddable), for shedding lower classes first.
     pub class_share: [f64; 3],
+    /// Connections and RTT of both receivers.
+    pub conns: crate::receiver::conntrack::ConnSample,
+    /// The connection signal fired (surge plus RTT degradation) this sample.
+    pub conn_surge: bool,
 }
 
 impl Snapshot {
@@ -46,6 +50,8 @@ impl Snapshot {
             cpu_exit: f64::NAN,
             knee: None,
             class_share: [0.0, 1.0, 0.0],
+            conns: Default::default(),
+            conn_surge: false,
         }
     }
 }

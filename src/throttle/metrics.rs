@@ -53,3 +53,15 @@ pub fn sampler_interval(d: Duration) {
 pub fn sampler_duration(d: Duration) {
     ::metrics::histogram!(SAMPLER_DURATION).record(d.as_secs_f64());
 }
+
+/// Publishes connection counts and RTTs per receiver.
+pub fn connections(http: &crate::receiver::conntrack::ConnSample, grpc: &crate::receiver::conntrack::ConnSample) {
+    for (server, s) in [("http", http), ("grpc", grpc)] {
+        ::metrics::gauge!("weir_receiver_open_connections", "server" => server).set(s.open as f64);
+        ::metrics::counter!("weir_receiver_connections_accepted_total", "server" => server).absolute(s.accepted_total);
+        ::metrics::gauge!("weir_receiver_tcp_rtt_seconds", "server" => server, "stat" => "avg")
+            .set(s.rtt_avg_ms.map_or(f64::NAN, |r| r / 1000.0));
+        ::metrics::gauge!("weir_receiver_tcp_rtt_seconds", "server" => server, "stat" => "max")
+            .set(s.rtt_max_ms.map_or(f64::NAN, |r| r / 1000.0));
+    }
+}

@@ -79,6 +79,8 @@ pub struct Throttle {
     pub admission: Arc<AdmissionClock>,
     /// The cgroup reader (for `/debug/throttle`).
     pub reader: Option<cgroup::CgroupReader>,
+    /// Both receivers' connections, sampled with the water levels.
+    pub conns: Arc<crate::receiver::conntrack::ConnRegistry>,
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
 }
@@ -91,7 +93,7 @@ impl Throttle {
         if !config.enabled {
             tracing::info!("throttle disabled: admitting everything, no sampler");
             let admission = Arc::new(AdmissionClock::new(Admission::new(config, 1.0), false));
-            return Throttle { manager, admission, reader: None, stop, task: None };
+            return Throttle { manager, admission, reader: None, conns: Default::default(), stop, task: None };
         }
         let reader = cgroup::CgroupReader::discover(&config.cgroup_root, config.signal.fallback_cores);
         let cap = reader.cpu_capacity();
@@ -109,8 +111,9 @@ impl Throttle {
         }
         metrics::set_thresholds(config);
         let knee = admission.inner.knee.clone().map(|k| (k, admission.origin));
-        let task = tokio::spawn(sampler::run(Arc::clone(&manager), reader.clone(), config.clone(), knee, stopped));
-        Throttle { manager, admission, reader: Some(reader), stop, task: Some(task) }
+        let conns: Arc<crate::receiver::conntrack::ConnRegistry> = Default::default();
+        let task = tokio::spawn(sampler::run(Arc::clone(&manager), reader.clone(), config.clone(), knee, Arc::clone(&conns), stopped));
+        Throttle { manager, admission, reader: Some(reader), conns, stop, task: Some(task) }
     }
 
     /// Stops the sampler.

@@ -149,6 +149,8 @@ impl Stepper {
             cpu_exit,
             knee,
             class_share: [0.0, 1.0, 0.0],
+            conns: Default::default(),
+            conn_surge: false,
         }
     }
 }
@@ -159,8 +161,11 @@ pub async fn run(
     reader: CgroupReader,
     config: ThrottleConfig,
     knee: Option<(Arc<crate::admission::knee::KneeLearner>, Instant)>,
+    conns: Arc<crate::receiver::conntrack::ConnRegistry>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let cs = &config.connection_signal;
+    let mut surge = cs.enabled.then(|| crate::receiver::conntrack::SurgeDetector::new(cs.baseline_beta, cs.surge_ratio, cs.rtt_ratio));
     let mut stepper = match knee {
         Some((k, origin)) => Stepper::with_knee(&config, Some(k), origin),
         None => Stepper::new(&config),
@@ -189,6 +194,17 @@ pub async fn run(
         };
         let mut snapshot = stepper.step(Instant::now(), readings);
         snapshot.class_share = manager.mix.roll();
+        let (http, grpc, all) = conns.sample();
+        super::metrics::connections(&http, &grpc);
+        snapshot.conns = all;
+        if let Some(d) = surge.as_mut() {
+            snapshot.conn_surge = d.step(&all);
+            if snapshot.conn_surge {
+                // Overloaded for the admission layers, ahead of CPU and memory.
+                snapshot.pressure.above_exit = true;
+                snapshot.pressure.above_enter = true;
+            }
+        }
         super::metrics::publish(&snapshot, &config);
         manager.publish(snapshot);
         super::metrics::sampler_duration(started.elapsed());
