@@ -22,7 +22,7 @@ fn bench(c: &mut Criterion) {
     let shedding = Snapshot { states: [State::Shedding; 4], intensity: 0.5, ..Snapshot::idle() };
     manager.publish(shedding.clone());
     g.bench_function("shedding/classify+decide", |b| b.iter(|| manager.decide(routes.classify(black_box("/v1/logs")))));
-    let rule = *manager.rule(Signal::Logs);
+    let rule = manager.rule(Signal::Logs);
     g.bench_function("shedding/pure_decide", |b| b.iter(|| decide(&config, &rule, black_box(&shedding), Signal::Logs, black_box(0.4))));
     // The whole admission path of one request: classify, throttle decision, every
     // admission layer (hot, so each layer does its checks), and the completion.

@@ -45,6 +45,8 @@ pub struct RunningApp {
     ready: Arc<AtomicBool>,
     shutdown_timeout: Duration,
     throttle: Throttle,
+    auth: Option<AuthLayerState>,
+    config: Config,
 }
 
 fn cores() -> f64 {
@@ -53,12 +55,14 @@ fn cores() -> f64 {
 
 /// Starts everything described by `config`.
 pub async fn start(config: Config) -> Result<RunningApp, StartError> {
+    let original = config.clone();
     let prometheus = telemetry::install_recorder();
     let exporters = exporter::build(&config.exporters)?;
     let (pipeline, tasks) = Pipeline::start(&config.pipeline, exporters);
     let ingest_base = Ingest::new(Arc::clone(&pipeline));
     let auth = AuthLayerState::with_quotas(&config.receiver.auth.all_tokens(), crate::quota::Quotas::from_config(&config.receiver.auth));
     let throttle = Throttle::start(&config.receiver.throttle, &config.receiver.auth);
+    throttle.manager.set_config_hash(config.hash());
     let ingest = ingest_base.with_priorities(Arc::clone(&throttle.manager));
     let mut routes = RouteRegistry::new();
     // Each receiver declares its own routes.
@@ -126,10 +130,32 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         ready,
         shutdown_timeout: config.pipeline.shutdown_timeout,
         throttle,
+        auth,
+        config: original,
     })
 }
 
 impl RunningApp {
+    /// Applies a new, already validated configuration: throttle thresholds, rules,
+    /// admission settings, tenants and quotas change atomically; windows, EWMAs, state
+    /// machines and limiters keep their state where their shape did not change. Returns
+    /// the changed keys that need a restart (they are not applied).
+    pub fn reload(&mut self, new: Config) -> Vec<&'static str> {
+        let restart = self.config.restart_needed(&new);
+        self.throttle.reload(&new.receiver.throttle, &new.receiver.auth);
+        if let Some(a) = &self.auth {
+            a.reload(&new.receiver.auth);
+        }
+        self.throttle.manager.set_config_hash(new.hash());
+        self.config = new;
+        restart
+    }
+
+    /// The hash of the configuration in force.
+    pub fn config_hash(&self) -> u64 {
+        self.config.hash()
+    }
+
     /// Bytes held by the pipeline now.
     pub fn queued_bytes(&self) -> usize {
         self.pipeline.queued_bytes()
@@ -152,12 +178,63 @@ impl RunningApp {
     }
 }
 
-/// Runs until SIGINT or SIGTERM, then shuts down.
-pub async fn run(config: Config) -> Result<(), StartError> {
-    let app = start(config).await?;
-    wait_for_signal().await;
+/// Runs until SIGINT or SIGTERM, then shuts down. SIGHUP (and, with
+/// `reload.watch_file`, a change of the file) reloads `path`; a config that fails to
+/// load or validate is refused with a log line and the running one stays.
+pub async fn run(config: Config, path: std::path::PathBuf) -> Result<(), StartError> {
+    let watch = config.reload.clone();
+    let mut app = start(config).await?;
+    let stop = wait_for_signal();
+    tokio::pin!(stop);
+    #[cfg(unix)]
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let mtime = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let mut seen = mtime(&path);
+    let mut tick = tokio::time::interval(watch.interval);
+    loop {
+        #[cfg(unix)]
+        let hup_signal = async {
+            match hup.as_mut() {
+                Some(h) => {
+                    h.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let hup_signal = std::future::pending::<()>();
+        let why = tokio::select! {
+            _ = &mut stop => break,
+            _ = hup_signal => "SIGHUP",
+            _ = tick.tick(), if watch.watch_file => {
+                let now = mtime(&path);
+                if now == seen { continue; }
+                seen = now;
+                "file changed"
+            }
+        };
+        reload_from(&mut app, &path, why);
+    }
     app.shutdown().await;
     Ok(())
+}
+
+fn reload_from(app: &mut RunningApp, path: &std::path::Path, why: &str) {
+    match Config::load(path) {
+        Ok(new) => {
+            let hash = new.hash();
+            let restart = app.reload(new);
+            metrics::counter!(crate::telemetry::names::CONFIG_RELOADS, "result" => "success").increment(1);
+            tracing::info!(reason = why, config_hash = format!("{hash:016x}"), "config reloaded");
+            if !restart.is_empty() {
+                tracing::warn!(keys = ?restart, "changed settings that need a restart were not applied");
+            }
+        }
+        Err(e) => {
+            metrics::counter!(crate::telemetry::names::CONFIG_RELOADS, "result" => "failure").increment(1);
+            tracing::error!(reason = why, error = %e, "config reload refused; the running config stays");
+        }
+    }
 }
 
 async fn wait_for_signal() {

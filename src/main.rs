@@ -55,7 +55,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(weir::app::run(config)) {
+    match runtime.block_on(weir::app::run(config, args.config.clone())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "weir failed to start");

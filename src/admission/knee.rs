@@ -48,14 +48,24 @@ pub struct BucketProfile {
     pub samples: usize,
 }
 
+/// The learner's rules (reloadable; the samples stay).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KneeParams {
+    /// Relative P99 rise that marks the knee.
+    pub knee_ratio: f64,
+    /// Absolute rise (ms) it must also exceed.
+    pub min_delta_ms: f64,
+    /// Floor of the learned line.
+    pub min_cpu: f64,
+    /// Minimum time between computations (ns).
+    pub recompute_nanos: u64,
+}
+
 /// The learner.
 #[derive(Debug)]
 pub struct KneeLearner {
     rings: Mutex<[Ring; BUCKETS]>,
-    knee_ratio: f64,
-    min_delta_ms: f64,
-    min_cpu: f64,
-    recompute_nanos: u64,
+    params: Mutex<KneeParams>,
     /// f64 bits of the learned knee; NaN = none yet.
     learned: AtomicU64,
     /// f64 bits of the last computation's candidate: a knee is applied only when two
@@ -70,14 +80,21 @@ impl KneeLearner {
     pub fn new(knee_ratio: f64, min_delta_ms: f64, min_cpu: f64, recompute_nanos: u64) -> Self {
         KneeLearner {
             rings: Mutex::new([Ring::default(); BUCKETS]),
-            knee_ratio,
-            min_delta_ms,
-            min_cpu,
-            recompute_nanos,
+            params: Mutex::new(KneeParams { knee_ratio, min_delta_ms, min_cpu, recompute_nanos }),
             learned: AtomicU64::new(f64::NAN.to_bits()),
             candidate: AtomicU64::new(f64::NAN.to_bits()),
             last_compute: AtomicU64::new(0),
         }
+    }
+
+    /// The rules in force.
+    pub fn params(&self) -> KneeParams {
+        *self.params.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// New rules (hot reload); the samples stay.
+    pub fn set_params(&self, p: KneeParams) {
+        *self.params.lock().unwrap_or_else(|e| e.into_inner()) = p;
     }
 
     /// Records one completed request at `now`: the CPU level when it ran and its latency.
@@ -98,7 +115,8 @@ impl KneeLearner {
     /// The learned knee, recomputed when `recompute` has passed since the last time.
     pub fn knee(&self, now: u64) -> Option<f64> {
         let last = self.last_compute.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= self.recompute_nanos || last == 0 {
+        let recompute = self.params().recompute_nanos;
+        if now.saturating_sub(last) >= recompute || last == 0 {
             self.last_compute.store(now.max(1), Ordering::Relaxed);
             let k = self.compute_at(now).0.unwrap_or(f64::NAN);
             let previous = f64::from_bits(self.candidate.swap(k.to_bits(), Ordering::Relaxed));
@@ -144,12 +162,13 @@ impl KneeLearner {
             let rank = ((0.99 * n as f64).ceil() as usize).clamp(1, n) - 1;
             profile.push(BucketProfile { cpu: i as f64 / 20.0, p99_ms: f64::from(s[rank]), samples: n });
         }
+        let prm = self.params();
         let mut knee = None;
         for w in profile.windows(2) {
             let (prev, curr) = (w[0], w[1]);
             let rise = curr.p99_ms - prev.p99_ms;
-            if prev.p99_ms > 0.0 && rise / prev.p99_ms > self.knee_ratio && rise >= self.min_delta_ms {
-                knee = Some(curr.cpu.max(self.min_cpu));
+            if prev.p99_ms > 0.0 && rise / prev.p99_ms > prm.knee_ratio && rise >= prm.min_delta_ms {
+                knee = Some(curr.cpu.max(prm.min_cpu));
                 break;
             }
         }

@@ -90,12 +90,22 @@ struct State {
 /// The layers, one instance per server process.
 #[derive(Debug)]
 pub struct Admission {
-    cfg: ThrottleConfig,
-    cap: Option<i64>,
+    cfg: arc_swap::ArcSwap<ThrottleConfig>,
+    cores: f64,
+    /// In-flight cap; 0 = none.
+    cap: std::sync::atomic::AtomicI64,
     inflight: AtomicI64,
     state: Mutex<State>,
     /// The knee learner (shared with the sampler, which applies the learned line).
     pub knee: Option<std::sync::Arc<KneeLearner>>,
+}
+
+fn cap_for(cfg: &ThrottleConfig, cores: f64) -> i64 {
+    if cfg.max_inflight_per_core > 0.0 {
+        (cfg.max_inflight_per_core * cores).ceil().max(1.0) as i64
+    } else {
+        0
+    }
 }
 
 /// The saturating ramp: init + (target − init)(1 − e^(−4p)).
@@ -117,7 +127,8 @@ impl Admission {
             ))
         });
         Admission {
-            cap: (cfg.max_inflight_per_core > 0.0).then(|| (cfg.max_inflight_per_core * cores).ceil().max(1.0) as i64),
+            cap: std::sync::atomic::AtomicI64::new(cap_for(cfg, cores)),
+            cores,
             inflight: AtomicI64::new(0),
             state: Mutex::new(State {
                 // Arrivals: 5 s in 50 buckets (seed 000); pass and RT: the BBR window.
@@ -133,8 +144,30 @@ impl Admission {
                 last_drop: None,
             }),
             knee,
-            cfg: cfg.clone(),
+            cfg: arc_swap::ArcSwap::from_pointee(cfg.clone()),
         }
+    }
+
+    /// Applies a reloaded configuration: parameters change at once; the windows keep
+    /// their data unless their shape (BBR window or buckets) changed.
+    pub fn reconfigure(&self, cfg: &ThrottleConfig) {
+        let old = self.cfg.load_full();
+        self.cap.store(cap_for(cfg, self.cores), Ordering::Relaxed);
+        if old.bbr.window != cfg.bbr.window || old.bbr.buckets != cfg.bbr.buckets {
+            let bucket = (cfg.bbr.window.as_nanos() as u64 / cfg.bbr.buckets as u64).max(1);
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.pass = RollingWindow::new(cfg.bbr.buckets, bucket);
+            st.rt = RollingWindow::new(cfg.bbr.buckets, bucket);
+        }
+        if let Some(k) = &self.knee {
+            k.set_params(knee::KneeParams {
+                knee_ratio: cfg.knee.knee_ratio,
+                min_delta_ms: cfg.knee.min_delta_ms,
+                min_cpu: cfg.knee.min_cpu,
+                recompute_nanos: cfg.knee.recompute.as_nanos() as u64,
+            });
+        }
+        self.cfg.store(std::sync::Arc::new(cfg.clone()));
     }
 
     /// Requests admitted and not yet done.
@@ -145,10 +178,9 @@ impl Admission {
     /// Decides for one request at `now`.
     pub fn admit(&self, now: u64, p: Pressure) -> Result<Ticket, Layer> {
         let inflight = self.inflight.load(Ordering::Relaxed);
-        if let Some(cap) = self.cap {
-            if inflight >= cap {
-                return Err(Layer::InflightCap);
-            }
+        let cap = self.cap.load(Ordering::Relaxed);
+        if cap > 0 && inflight >= cap {
+            return Err(Layer::InflightCap);
         }
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.arrival.add(now, 1.0);
@@ -167,9 +199,10 @@ impl Admission {
     }
 
     fn layers(&self, st: &mut State, now: u64, p: Pressure, inflight: i64) -> Result<(), Layer> {
+        let cfg = self.cfg.load();
         let arrival_rate = st.arrival.max_sum(now) * st.arrival.buckets_per_second();
         // 2. Slow start, re-entered when the pass window has gone sparse.
-        let ss = &self.cfg.slow_start;
+        let ss = &cfg.slow_start;
         if ss.enabled {
             if st.warmup_start.is_none() && now.saturating_sub(st.last_sparse_check) >= SEC / 10 {
                 st.last_sparse_check = now;
@@ -192,7 +225,7 @@ impl Admission {
             }
         }
         // 3. Burst damping, only once slow start has finished (it needs a baseline).
-        let bd = &self.cfg.burst_damping;
+        let bd = &cfg.burst_damping;
         if bd.enabled && st.warmup_done_once && st.warmup_start.is_none() {
             let baseline = st.pass.max_sum(now) * st.pass.buckets_per_second();
             let duration = (ss.duration / 2).max(std::time::Duration::from_secs(5)).as_nanos() as f64;
@@ -209,17 +242,17 @@ impl Admission {
             }
         }
         // 4. BBR.
-        if self.cfg.bbr.enabled {
+        if cfg.bbr.enabled {
             let max_pass = st.pass.max_sum(now);
             if let Some(min_rt_ms) = st.rt.min_avg(now) {
                 let max_inflight =
-                    (self.cfg.bbr.headroom * max_pass * min_rt_ms.max(1e-3) * st.pass.buckets_per_second() / 1000.0).ceil() as i64;
+                    (cfg.bbr.headroom * max_pass * min_rt_ms.max(1e-3) * st.pass.buckets_per_second() / 1000.0).ceil() as i64;
                 let over = inflight > max_inflight.max(1);
                 if p.above_enter && over {
                     st.last_drop = Some(now);
                     return Err(Layer::Bbr);
                 }
-                let cooling = st.last_drop.is_some_and(|d| now.saturating_sub(d) <= self.cfg.bbr.cool_off.as_nanos() as u64);
+                let cooling = st.last_drop.is_some_and(|d| now.saturating_sub(d) <= cfg.bbr.cool_off.as_nanos() as u64);
                 if cooling && p.above_exit && inflight > 1 && over {
                     return Err(Layer::Bbr);
                 }
@@ -247,7 +280,8 @@ impl Admission {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let max_pass = st.pass.max_sum(now);
         let bps = st.pass.buckets_per_second();
-        let est = st.rt.min_avg(now).map(|rt| (self.cfg.bbr.headroom * max_pass * rt.max(1e-3) * bps / 1000.0).ceil() as i64);
+        let headroom = self.cfg.load().bbr.headroom;
+        let est = st.rt.min_avg(now).map(|rt| (headroom * max_pass * rt.max(1e-3) * bps / 1000.0).ceil() as i64);
         (est, self.inflight())
     }
 

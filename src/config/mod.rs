@@ -59,6 +59,25 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Logging.
     pub log: LogConfig,
+    /// Hot reload.
+    pub reload: ReloadConfig,
+}
+
+/// Hot reload: SIGHUP always reloads the config file; optionally the file is watched.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReloadConfig {
+    /// Reload when the file's modification time changes.
+    pub watch_file: bool,
+    /// How often the file is checked.
+    #[serde(with = "humantime_serde")]
+    pub interval: std::time::Duration,
+}
+
+impl Default for ReloadConfig {
+    fn default() -> Self {
+        ReloadConfig { watch_file: false, interval: std::time::Duration::from_secs(2) }
+    }
 }
 
 /// The admin server.
@@ -131,6 +150,42 @@ impl Config {
         Ok(())
     }
 
+    /// A stable 64-bit hash (FNV-1a) of the effective configuration.
+    pub fn hash(&self) -> u64 {
+        self.to_yaml().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    }
+
+    /// The keys whose change a reload cannot apply (they need a restart).
+    pub fn restart_needed(&self, new: &Config) -> Vec<&'static str> {
+        let y = |v: &dyn erased::Yaml| v.yaml();
+        let mut keys = Vec::new();
+        let pairs: [(&'static str, String, String); 8] = [
+            ("receiver.http_server", y(&self.receiver.http_server), y(&new.receiver.http_server)),
+            ("receiver.grpc_server", y(&self.receiver.grpc_server), y(&new.receiver.grpc_server)),
+            ("pipeline", y(&self.pipeline), y(&new.pipeline)),
+            ("exporters", y(&self.exporters), y(&new.exporters)),
+            ("admin", y(&self.admin), y(&new.admin)),
+            ("log", y(&self.log), y(&new.log)),
+            ("reload", y(&self.reload), y(&new.reload)),
+            ("receiver.throttle.cgroup_root", y(&self.receiver.throttle.cgroup_root), y(&new.receiver.throttle.cgroup_root)),
+        ];
+        for (k, a, b) in pairs {
+            if a != b {
+                keys.push(k);
+            }
+        }
+        if self.receiver.auth.all_tokens().is_empty() != new.receiver.auth.all_tokens().is_empty() {
+            keys.push("receiver.auth (turning authentication on or off)");
+        }
+        if self.receiver.throttle.enabled != new.receiver.throttle.enabled {
+            keys.push("receiver.throttle.enabled");
+        }
+        if self.receiver.throttle.knee.enabled != new.receiver.throttle.knee.enabled {
+            keys.push("receiver.throttle.knee.enabled");
+        }
+        keys
+    }
+
     /// The effective configuration as YAML, defaults filled in.
     pub fn to_yaml(&self) -> String {
         serde_yaml::to_string(self).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
@@ -166,5 +221,17 @@ pub(crate) fn validate_endpoint(key: &str, value: &str) -> Result<(), ConfigErro
     match value.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
         _ => Err(ConfigError::invalid(key, format!("`{value}` is not host:port"))),
+    }
+}
+
+mod erased {
+    /// Serialises any config section for comparison.
+    pub trait Yaml {
+        fn yaml(&self) -> String;
+    }
+    impl<T: serde::Serialize> Yaml for T {
+        fn yaml(&self) -> String {
+            serde_yaml::to_string(self).unwrap_or_default()
+        }
     }
 }

@@ -46,19 +46,36 @@ impl Gcra {
 /// The limiters of every configured tenant with a rate.
 #[derive(Debug, Default)]
 pub struct Quotas {
-    by_tenant: HashMap<String, Gcra>,
+    by_tenant: HashMap<String, (RateKey, std::sync::Arc<Gcra>)>,
     origin: Option<std::time::Instant>,
 }
+
+/// What shapes a limiter: a reload keeps the limiter when this did not change.
+type RateKey = (u64, u32);
 
 impl Quotas {
     /// From `receiver.auth.tenants`.
     pub fn from_config(auth: &crate::config::AuthConfig) -> Self {
-        let by_tenant: HashMap<String, Gcra> = auth
+        Self::reloaded(&Quotas::default(), auth)
+    }
+
+    /// New quotas from `auth`, reusing `old`'s limiters (and their state) for tenants
+    /// whose rate and burst did not change.
+    pub fn reloaded(old: &Quotas, auth: &crate::config::AuthConfig) -> Self {
+        let by_tenant = auth
             .tenants
             .iter()
-            .filter_map(|(t, c)| c.rate.as_ref().map(|r| (t.clone(), Gcra::new(r.requests_per_second, r.burst))))
+            .filter_map(|(t, c)| {
+                let r = c.rate.as_ref()?;
+                let key = (r.requests_per_second.to_bits(), r.burst);
+                let gcra = match old.by_tenant.get(t) {
+                    Some((k, g)) if *k == key => std::sync::Arc::clone(g),
+                    _ => std::sync::Arc::new(Gcra::new(r.requests_per_second, r.burst)),
+                };
+                Some((t.clone(), (key, gcra)))
+            })
             .collect();
-        Quotas { origin: Some(std::time::Instant::now()), by_tenant }
+        Quotas { origin: old.origin.or_else(|| Some(std::time::Instant::now())), by_tenant }
     }
 
     /// Whether any tenant has a quota.
@@ -69,7 +86,7 @@ impl Quotas {
     /// Takes one request of `tenant` now.
     pub fn check(&self, tenant: &str) -> Result<(), Duration> {
         let now = self.origin.map_or(0, |o| o.elapsed().as_nanos() as u64);
-        self.by_tenant.get(tenant).map_or(Ok(()), |g| g.check(now))
+        self.by_tenant.get(tenant).map_or(Ok(()), |(_, g)| g.check(now))
     }
 }
 

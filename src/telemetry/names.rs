@@ -29,3 +29,5 @@ pub const REQUESTS_REJECTED: &str = "weir_receiver_requests_rejected_total";
 pub const DECOMPRESSED_BYTES: &str = "weir_receiver_decompressed_input_bytes_total";
 /// Requests refused by a tenant's quota, by `tenant`.
 pub const QUOTA_REJECTED: &str = "weir_quota_rejected_total";
+/// Config reloads by `result` (success, failure).
+pub const CONFIG_RELOADS: &str = "weir_config_reloads_total";

@@ -39,6 +39,7 @@ async fn handler(State(s): State<DebugState>) -> Json<serde_json::Value> {
     let knee_profile = adm.inner.knee.as_ref().map(|k| k.compute().1).unwrap_or_default();
     Json(serde_json::json!({
         "enabled": s.manager.enabled(),
+        "config_hash": format!("{:016x}", s.manager.config_hash()),
         "layout": s.reader.as_ref().map(|r| r.layout()),
         "levels": snap.level,
         "effective_cores": snap.level.effective_cores,

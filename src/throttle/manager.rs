@@ -168,14 +168,36 @@ impl ClassMix {
     }
 }
 
-/// Holds the rules and the latest snapshot; shared by every adapter.
+/// The reloadable part: configuration, resolved rules, tenant priorities.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// The throttle block.
+    pub config: Arc<ThrottleConfig>,
+    /// Resolved rule per record type.
+    pub rules: [Rule; 4],
+    /// Priority per tenant token.
+    pub tenants: std::collections::HashMap<String, Priority>,
+}
+
+impl Policy {
+    /// Resolves `config` and the tenants' priorities.
+    pub fn new(config: &ThrottleConfig, auth: Option<&crate::config::AuthConfig>) -> Self {
+        Policy {
+            config: Arc::new(config.clone()),
+            rules: Signal::ALL.map(|s| config.rules.resolve(s)),
+            tenants: auth.map(|a| a.tenants.iter().filter_map(|(t, c)| c.priority.map(|p| (t.clone(), p))).collect()).unwrap_or_default(),
+        }
+    }
+}
+
+/// Holds the policy and the latest snapshot; shared by every adapter. The policy is
+/// swapped atomically on reload: each request reads it once, so a request in flight
+/// finishes under the settings it started with.
 #[derive(Debug)]
 pub struct ThrottleManager {
-    enabled: bool,
-    config: ThrottleConfig,
-    rules: [Rule; 4],
+    policy: ArcSwap<Policy>,
+    config_hash: std::sync::atomic::AtomicU64,
     snapshot: ArcSwap<Snapshot>,
-    tenants: std::collections::HashMap<String, Priority>,
     /// Arrivals per priority class, rolled into each snapshot by the sampler.
     pub mix: ClassMix,
 }
@@ -184,39 +206,55 @@ impl ThrottleManager {
     /// A manager; `config.enabled == false` gives one that always admits.
     pub fn new(config: &ThrottleConfig) -> Self {
         ThrottleManager {
-            enabled: config.enabled,
-            config: config.clone(),
-            rules: Signal::ALL.map(|s| config.rules.resolve(s)),
+            policy: ArcSwap::from_pointee(Policy::new(config, None)),
+            config_hash: Default::default(),
             snapshot: ArcSwap::from_pointee(Snapshot::idle()),
-            tenants: Default::default(),
             mix: ClassMix::default(),
         }
     }
 
     /// With per-tenant priorities (from `receiver.auth.tenants`).
-    pub fn with_tenants(mut self, auth: &crate::config::AuthConfig) -> Self {
-        self.tenants = auth.tenants.iter().filter_map(|(t, c)| c.priority.map(|p| (t.clone(), p))).collect();
+    pub fn with_tenants(self, auth: &crate::config::AuthConfig) -> Self {
+        let config = Arc::clone(&self.policy.load().config);
+        self.policy.store(Arc::new(Policy::new(&config, Some(auth))));
         self
+    }
+
+    /// Replaces the policy (hot reload). The snapshot, state machines and windows live
+    /// elsewhere and keep their state.
+    pub fn reload(&self, config: &ThrottleConfig, auth: &crate::config::AuthConfig) {
+        self.policy.store(Arc::new(Policy::new(config, Some(auth))));
+    }
+
+    /// Records the hash of the configuration in force (for /debug/throttle).
+    pub fn set_config_hash(&self, h: u64) {
+        self.config_hash.store(h, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The hash of the configuration in force.
+    pub fn config_hash(&self) -> u64 {
+        self.config_hash.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A request's priority: its tenant's, else its record type's rule.
     pub fn priority(&self, signal: Signal, tenant: Option<&str>) -> Priority {
-        tenant.and_then(|t| self.tenants.get(t).copied()).unwrap_or(self.rules[signal.index()].priority)
+        let p = self.policy.load();
+        tenant.and_then(|t| p.tenants.get(t).copied()).unwrap_or(p.rules[signal.index()].priority)
     }
 
     /// Whether the throttle is on.
     pub fn enabled(&self) -> bool {
-        self.enabled
+        self.policy.load().config.enabled
     }
 
-    /// The configuration it runs with.
-    pub fn config(&self) -> &ThrottleConfig {
-        &self.config
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<ThrottleConfig> {
+        Arc::clone(&self.policy.load().config)
     }
 
     /// The rule of a record type.
-    pub fn rule(&self, signal: Signal) -> &Rule {
-        &self.rules[signal.index()]
+    pub fn rule(&self, signal: Signal) -> Rule {
+        self.policy.load().rules[signal.index()]
     }
 
     /// Replaces the snapshot (sampler only).
@@ -247,10 +285,11 @@ impl ThrottleManager {
     /// Decides for a request of `signal` at `priority` (None: the rule's).
     pub fn decide_as(&self, signal: Option<Signal>, priority: Option<Priority>) -> Decision {
         let Some(signal) = signal else { return Decision::Admit(Reason::Unclassified) };
-        if !self.enabled {
+        let policy = self.policy.load();
+        if !policy.config.enabled {
             return Decision::Admit(Reason::Disabled);
         }
-        let rule = &self.rules[signal.index()];
+        let rule = &policy.rules[signal.index()];
         let priority = priority.unwrap_or(rule.priority);
         self.mix.record(priority);
         let snap = self.snapshot.load();
@@ -258,7 +297,7 @@ impl ThrottleManager {
         if snap.states[signal.index()] == State::Normal && rule.enabled {
             return Decision::Admit(Reason::Normal);
         }
-        decide_with_priority(&self.config, rule, &snap, signal, priority, super::uniform())
+        decide_with_priority(&policy.config, rule, &snap, signal, priority, super::uniform())
     }
 }
 

@@ -83,6 +83,7 @@ pub struct Throttle {
     pub conns: Arc<crate::receiver::conntrack::ConnRegistry>,
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
+    reloads: watch::Sender<ThrottleConfig>,
 }
 
 impl Throttle {
@@ -93,7 +94,8 @@ impl Throttle {
         if !config.enabled {
             tracing::info!("throttle disabled: admitting everything, no sampler");
             let admission = Arc::new(AdmissionClock::new(Admission::new(config, 1.0), false));
-            return Throttle { manager, admission, reader: None, conns: Default::default(), stop, task: None };
+            let (reloads, _) = watch::channel(config.clone());
+            return Throttle { manager, admission, reader: None, conns: Default::default(), stop, task: None, reloads };
         }
         let reader = cgroup::CgroupReader::discover(&config.cgroup_root, config.signal.fallback_cores);
         let cap = reader.cpu_capacity();
@@ -112,8 +114,19 @@ impl Throttle {
         metrics::set_thresholds(config);
         let knee = admission.inner.knee.clone().map(|k| (k, admission.origin));
         let conns: Arc<crate::receiver::conntrack::ConnRegistry> = Default::default();
-        let task = tokio::spawn(sampler::run(Arc::clone(&manager), reader.clone(), config.clone(), knee, Arc::clone(&conns), stopped));
-        Throttle { manager, admission, reader: Some(reader), conns, stop, task: Some(task) }
+        let (reloads, reload_rx) = watch::channel(config.clone());
+        let task =
+            tokio::spawn(sampler::run(Arc::clone(&manager), reader.clone(), config.clone(), knee, Arc::clone(&conns), reload_rx, stopped));
+        Throttle { manager, admission, reader: Some(reader), conns, stop, task: Some(task), reloads }
+    }
+
+    /// Applies a reloaded `receiver.throttle` and tenants: the policy swaps atomically,
+    /// the sampler and admission layers take the new parameters and keep their state.
+    /// Turning the throttle on when it started disabled needs a restart (no sampler runs).
+    pub fn reload(&self, config: &ThrottleConfig, auth: &crate::config::AuthConfig) {
+        self.manager.reload(config, auth);
+        self.admission.inner.reconfigure(config);
+        let _ = self.reloads.send(config.clone());
     }
 
     /// Stops the sampler.

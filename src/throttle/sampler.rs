@@ -24,6 +24,12 @@ pub struct CpuSignal {
 }
 
 impl CpuSignal {
+    /// New weights (hot reload); the smoothed values carry on.
+    pub fn set_betas(&mut self, slow_beta: f64, fast_beta: f64) {
+        self.slow_beta = slow_beta;
+        self.fast_beta = fast_beta;
+    }
+
     /// Both EWMAs start at 0 (an idle start).
     pub fn new(slow_beta: f64, fast_beta: f64) -> Self {
         CpuSignal { slow_beta, fast_beta, prev: None, slow: 0.0, fast: 0.0 }
@@ -94,6 +100,17 @@ impl Stepper {
         }
     }
 
+    /// Applies a reloaded configuration: thresholds, breach counts and betas change;
+    /// EWMAs, counters and states carry on.
+    pub fn reconfigure(&mut self, config: &ThrottleConfig) {
+        self.cpu.set_betas(config.signal.cpu_slow_beta, config.signal.cpu_fast_beta);
+        for m in &mut self.machines {
+            m.set_slot_config(0, config.thresholds.cpu);
+            m.set_slot_config(1, config.thresholds.mem);
+        }
+        self.config = config.clone();
+    }
+
     /// Turns readings into a snapshot and steps every machine.
     pub fn step(&mut self, now: Instant, r: Readings) -> Snapshot {
         let (cpu, cpu_slow, cpu_fast, cpu_valid) = match r.cpu_usage_nanos {
@@ -162,10 +179,15 @@ pub async fn run(
     config: ThrottleConfig,
     knee: Option<(Arc<crate::admission::knee::KneeLearner>, Instant)>,
     conns: Arc<crate::receiver::conntrack::ConnRegistry>,
+    mut reloads: tokio::sync::watch::Receiver<ThrottleConfig>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let cs = &config.connection_signal;
-    let mut surge = cs.enabled.then(|| crate::receiver::conntrack::SurgeDetector::new(cs.baseline_beta, cs.surge_ratio, cs.rtt_ratio));
+    let mut config = config;
+    let detector = |c: &ThrottleConfig| {
+        let cs = &c.connection_signal;
+        cs.enabled.then(|| crate::receiver::conntrack::SurgeDetector::new(cs.baseline_beta, cs.surge_ratio, cs.rtt_ratio))
+    };
+    let mut surge = detector(&config);
     let mut stepper = match knee {
         Some((k, origin)) => Stepper::with_knee(&config, Some(k), origin),
         None => Stepper::new(&config),
@@ -176,6 +198,27 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
+            changed = reloads.changed() => {
+                if changed.is_err() {
+                    continue;
+                }
+                let new = reloads.borrow_and_update().clone();
+                if new.sample_interval != config.sample_interval {
+                    ticker = tokio::time::interval(new.sample_interval);
+                    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                }
+                if new.connection_signal.enabled != config.connection_signal.enabled
+                    || new.connection_signal.surge_ratio != config.connection_signal.surge_ratio
+                    || new.connection_signal.rtt_ratio != config.connection_signal.rtt_ratio
+                    || new.connection_signal.baseline_beta != config.connection_signal.baseline_beta
+                {
+                    surge = detector(&new);
+                }
+                stepper.reconfigure(&new);
+                super::metrics::set_thresholds(&new);
+                config = new;
+                continue;
+            }
             _ = stop.changed() => break,
         }
         let started = Instant::now();
@@ -241,5 +284,35 @@ mod tests {
         let snap = st.step(Instant::now(), Readings { mem_limit: Some(20 << 30), ..r });
         assert!(snap.level.mem_valid);
         assert!((snap.level.mem - 0.5).abs() < 1e-9);
+    }
+}
+
+#[cfg(test)]
+mod reload_tests {
+    use super::*;
+    use crate::throttle::state::State;
+
+    #[test]
+    fn reconfigure_keeps_ewma_and_state() {
+        let mut c = ThrottleConfig::default();
+        c.thresholds.mem.breach_n = 1;
+        let mut st = Stepper::new(&c);
+        let t0 = Instant::now();
+        let r =
+            |mem: u64| Readings { cpu_usage_nanos: Some(0), cores: 1.0, quota_set: true, mem_working_set: Some(mem), mem_limit: Some(100) };
+        let snap = st.step(t0, r(88));
+        assert_eq!(snap.states[0], State::Shedding, "mem 0.88 > enter 0.85");
+        // Raise the mem lines: still in the band (0.88 > new exit 0.80), so the state and
+        // counters carry on; it leaves Shedding only by the new exit line.
+        c.thresholds.mem = crate::config::SlotConfig { enabled: true, enter: 0.90, exit: 0.80, hard: 0.95, breach_n: 1 };
+        st.reconfigure(&c);
+        let snap = st.step(t0 + std::time::Duration::from_millis(250), r(88));
+        assert_eq!(snap.states[0], State::Shedding, "state kept across the reload");
+        // Recovery takes every slot below exit for its breach_n (cpu: 3 frames).
+        let mut snap = snap;
+        for i in 0..3u64 {
+            snap = st.step(t0 + std::time::Duration::from_millis(500 + 250 * i), r(79));
+        }
+        assert_eq!(snap.states[0], State::Normal, "the new exit line (0.80) applies");
     }
 }

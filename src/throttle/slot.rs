@@ -87,6 +87,11 @@ impl StateSlot {
         self.cfg.exit = exit;
     }
 
+    /// Replaces the whole configuration (hot reload), keeping the counters.
+    pub fn set_config(&mut self, cfg: SlotConfig) {
+        self.cfg = cfg;
+    }
+
     /// The slot's configuration.
     pub fn config(&self) -> &SlotConfig {
         &self.cfg

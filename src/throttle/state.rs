@@ -84,6 +84,13 @@ impl RecordState {
         self.state
     }
 
+    /// Replaces slot `idx`'s configuration, keeping its counters and the state.
+    pub fn set_slot_config(&mut self, idx: usize, cfg: crate::config::SlotConfig) {
+        if let Some(s) = self.slots.get_mut(idx) {
+            s.set_config(cfg);
+        }
+    }
+
     /// Moves slot `idx`'s enter and exit lines.
     pub fn set_lines(&mut self, idx: usize, enter: f64, exit: f64) {
         if let Some(s) = self.slots.get_mut(idx) {

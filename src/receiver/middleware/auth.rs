@@ -13,11 +13,16 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// The accepted tokens and the tenants' request quotas.
+/// The accepted tokens and the tenants' request quotas, swappable on reload.
 #[derive(Debug, Clone)]
 pub struct AuthLayerState {
-    tokens: Arc<HashSet<Arc<str>>>,
-    quotas: Arc<crate::quota::Quotas>,
+    inner: Arc<arc_swap::ArcSwap<AuthPolicy>>,
+}
+
+#[derive(Debug)]
+struct AuthPolicy {
+    tokens: HashSet<Arc<str>>,
+    quotas: crate::quota::Quotas,
 }
 
 impl AuthLayerState {
@@ -31,11 +36,25 @@ impl AuthLayerState {
         if tokens.is_empty() {
             return None;
         }
-        Some(AuthLayerState { tokens: Arc::new(tokens.iter().map(|t| Arc::from(t.as_str())).collect()), quotas: Arc::new(quotas) })
+        let policy = AuthPolicy { tokens: tokens.iter().map(|t| Arc::from(t.as_str())).collect(), quotas };
+        Some(AuthLayerState { inner: Arc::new(arc_swap::ArcSwap::from_pointee(policy)) })
+    }
+
+    /// Swaps in new tokens and quotas (hot reload). Tenants whose rate did not change
+    /// keep their limiter state. Turning authentication on or off needs a restart.
+    pub fn reload(&self, auth: &crate::config::AuthConfig) {
+        let old = self.inner.load();
+        let quotas = crate::quota::Quotas::reloaded(&old.quotas, auth);
+        let tokens = auth.all_tokens().iter().map(|t| Arc::from(t.as_str())).collect();
+        self.inner.store(Arc::new(AuthPolicy { tokens, quotas }));
     }
 
     fn find(&self, presented: &str) -> Option<Arc<str>> {
-        self.tokens.get(presented).cloned()
+        self.inner.load().tokens.get(presented).cloned()
+    }
+
+    fn check_quota(&self, tenant: &str) -> Result<(), std::time::Duration> {
+        self.inner.load().quotas.check(tenant)
     }
 }
 
@@ -54,7 +73,7 @@ pub(super) async fn auth(State((kind, state)): State<(ServerKind, AuthLayerState
     let tenant = presented_token(&req).and_then(|t| state.find(t));
     match tenant {
         Some(t) => {
-            if let Err(wait) = state.quotas.check(&t) {
+            if let Err(wait) = state.check_quota(&t) {
                 metrics::counter!(crate::telemetry::names::QUOTA_REJECTED, "tenant" => t.to_string()).increment(1);
                 req.extensions_mut().insert(Tenant(Arc::clone(&t)));
                 let err = ApiError::Throttled {

@@ -1,0 +1,81 @@
+//! Hot reload with the real binary: SIGHUP reloads rules, tenants and quotas atomically
+//! (the config hash on /debug/throttle changes, weir_config_reloads_total counts it); a
+//! config that fails validation is refused and the running one stays.
+
+mod support;
+
+use std::time::{Duration, Instant};
+use support::*;
+
+fn config(http: u16, grpc: u16, admin: u16, drop_max: &str, rate: &str) -> String {
+    format!(
+        "receiver:\n  http_server: {{endpoint: \"127.0.0.1:{http}\", middlewares: [\"throttle\"]}}\n  grpc_server: {{endpoint: \"127.0.0.1:{grpc}\"}}\n  auth:\n    tenants:\n      t1: {{rate: {rate}}}\n  throttle:\n    rules:\n      default: {{drop_max: {drop_max}}}\nexporters: [{{type: blackhole}}]\nadmin: {{endpoint: \"127.0.0.1:{admin}\"}}\n"
+    )
+}
+
+async fn debug(admin: &str) -> serde_json::Value {
+    reqwest::get(format!("{admin}/debug/throttle")).await.unwrap().json().await.unwrap()
+}
+
+#[tokio::test]
+async fn sighup_reloads_and_refuses_a_bad_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let (h, g, a) = (free_port(), free_port(), free_port());
+    let path = dir.path().join("weir.yaml");
+    std::fs::write(&path, config(h, g, a, "1.0", "{requests_per_second: 1000, burst: 1000}")).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["--config", path.to_str().unwrap()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let admin = format!("http://127.0.0.1:{a}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while reqwest::get(format!("{admin}/readyz")).await.map(|r| r.status() != 200).unwrap_or(true) {
+        assert!(Instant::now() < deadline, "weir did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = debug(&admin).await;
+    assert_eq!(before["rules"]["traces"]["drop_max"], 1.0);
+    let hash0 = before["config_hash"].as_str().unwrap().to_string();
+    let url = format!("http://127.0.0.1:{h}/v1/traces");
+    let send = || {
+        reqwest::Client::new()
+            .post(&url)
+            .header("content-type", "application/x-protobuf")
+            .header("x-bk-token", "t1")
+            .body(Vec::new())
+            .send()
+    };
+    assert_eq!(send().await.unwrap().status(), 200);
+
+    // New rule and a tight quota; SIGHUP.
+    std::fs::write(&path, config(h, g, a, "0.3", "{requests_per_second: 1, burst: 1}")).unwrap();
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut after = debug(&admin).await;
+    while after["config_hash"] == hash0.as_str() {
+        assert!(Instant::now() < deadline, "reload never applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        after = debug(&admin).await;
+    }
+    assert_eq!(after["rules"]["traces"]["drop_max"], 0.3);
+    assert_eq!(send().await.unwrap().status(), 200, "first request within the new burst");
+    assert_eq!(send().await.unwrap().status(), 429, "the new 1/s quota applies");
+    assert_eq!(metric_value(&admin, "weir_config_reloads_total{result=\"success\"}").await, Some(1.0));
+
+    // A config that breaks a rule: refused, the running one stays.
+    let hash1 = after["config_hash"].as_str().unwrap().to_string();
+    std::fs::write(&path, config(h, g, a, "1.5", "{requests_per_second: 1, burst: 1}")).unwrap();
+    assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric_value(&admin, "weir_config_reloads_total{result=\"failure\"}").await != Some(1.0) {
+        assert!(Instant::now() < deadline, "the bad reload was not counted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let last = debug(&admin).await;
+    assert_eq!(last["config_hash"], hash1.as_str());
+    assert_eq!(last["rules"]["traces"]["drop_max"], 0.3);
+    let _ = child.kill();
+    let _ = child.wait();
+}
