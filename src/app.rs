@@ -63,7 +63,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let auth = AuthLayerState::with_quotas(&config.receiver.auth.all_tokens(), crate::quota::Quotas::from_config(&config.receiver.auth));
     let throttle = Throttle::start(&config.receiver.throttle, &config.receiver.auth);
     throttle.manager.set_config_hash(config.hash());
-    let ingest = ingest_base.with_priorities(Arc::clone(&throttle.manager));
+    let ingest = ingest_base.with_priorities(Arc::clone(&throttle.manager)).with_item_quotas(auth.clone());
     let mut routes = RouteRegistry::new();
     // Each receiver declares its own routes.
     for (path, signal) in http::routes() {

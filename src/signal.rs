@@ -130,6 +130,59 @@ impl Payload {
         }
     }
 
+    /// Keeps the first `keep` items (in order) and drops the rest, with any resource or
+    /// scope left empty; returns how many items were dropped.
+    pub fn truncate_items(&mut self, keep: usize) -> usize {
+        fn cut<R, S, I>(resources: &mut Vec<R>, scopes: fn(&mut R) -> &mut Vec<S>, items: fn(&mut S) -> &mut Vec<I>, keep: usize) -> usize {
+            let mut left = keep;
+            let mut dropped = 0;
+            for r in resources.iter_mut() {
+                for s in scopes(r).iter_mut() {
+                    let v = items(s);
+                    let k = left.min(v.len());
+                    dropped += v.len() - k;
+                    v.truncate(k);
+                    left -= k;
+                }
+                scopes(r).retain_mut(|s| !items(s).is_empty());
+            }
+            resources.retain_mut(|r| !scopes(r).is_empty());
+            dropped
+        }
+        match self {
+            Payload::Traces(r) => cut(&mut r.resource_spans, |r| &mut r.scope_spans, |s| &mut s.spans, keep),
+            Payload::Logs(r) => cut(&mut r.resource_logs, |r| &mut r.scope_logs, |s| &mut s.log_records, keep),
+            Payload::Profiles(r) => cut(&mut r.resource_profiles, |r| &mut r.scope_profiles, |s| &mut s.profiles, keep),
+            Payload::Metrics(r) => {
+                // Data points, metric by metric.
+                let mut left = keep;
+                let mut dropped = 0;
+                for rm in r.resource_metrics.iter_mut() {
+                    for sm in rm.scope_metrics.iter_mut() {
+                        for m in sm.metrics.iter_mut() {
+                            let n = data_point_count(m.data.as_ref());
+                            let k = left.min(n);
+                            dropped += n - k;
+                            left -= k;
+                            match m.data.as_mut() {
+                                Some(Data::Gauge(g)) => g.data_points.truncate(k),
+                                Some(Data::Sum(x)) => x.data_points.truncate(k),
+                                Some(Data::Histogram(h)) => h.data_points.truncate(k),
+                                Some(Data::ExponentialHistogram(h)) => h.data_points.truncate(k),
+                                Some(Data::Summary(x)) => x.data_points.truncate(k),
+                                None => {}
+                            }
+                        }
+                        sm.metrics.retain(|m| data_point_count(m.data.as_ref()) > 0);
+                    }
+                    rm.scope_metrics.retain(|s| !s.metrics.is_empty());
+                }
+                r.resource_metrics.retain(|x| !x.scope_metrics.is_empty());
+                dropped
+            }
+        }
+    }
+
     /// Appends `other` (same signal) to `self`. Profiles are not merged, because each
     /// request carries its own dictionary that its indices point into; returns `other`
     /// back in that case (and when the signals differ); `None` means merged.
@@ -160,5 +213,31 @@ impl Signal {
     /// The signal an OTLP HTTP path or gRPC method path carries, if any.
     pub fn classify(path: &str) -> Option<Signal> {
         Signal::ALL.into_iter().find(|s| s.http_path() == path || s.grpc_path() == path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+
+    #[test]
+    fn truncate_keeps_the_first_items() {
+        let scope = |n: usize| ScopeSpans {
+            spans: (0..n).map(|i| Span { name: format!("s{i}"), ..Default::default() }).collect(),
+            ..Default::default()
+        };
+        let mut p = Payload::Traces(ExportTraceServiceRequest {
+            resource_spans: vec![
+                ResourceSpans { scope_spans: vec![scope(2), scope(3)], ..Default::default() },
+                ResourceSpans { scope_spans: vec![scope(4)], ..Default::default() },
+            ],
+        });
+        assert_eq!(p.truncate_items(3), 6);
+        assert_eq!(p.item_count(), 3);
+        let Payload::Traces(t) = &p else { panic!() };
+        assert_eq!(t.resource_spans.len(), 1, "empty resources are dropped");
+        assert_eq!(t.resource_spans[0].scope_spans[1].spans[0].name, "s0");
+        assert_eq!(p.truncate_items(10), 0);
     }
 }

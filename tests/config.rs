@@ -114,6 +114,8 @@ fn every_rule_names_its_key() {
             "receiver.auth.tenants.t1.rate",
         ),
         ("exporters: [{type: blackhole}]\npipeline: {queue: {critical_reserve: 1.0}}", "pipeline.queue.critical_reserve"),
+        ("exporters: [{type: blackhole}]\nreceiver: {auth: {tenants: {t1: {items: {logs: 0.5}}}}}", "receiver.auth.tenants.t1.items.logs"),
+        ("exporters: [{type: blackhole}]\nreload: {watch: true}", "watch"),
     ];
     for (yaml, want) in cases {
         let e = err(yaml);

@@ -119,3 +119,46 @@ async fn tenant_quota_refuses_with_the_exact_wait_before_the_body() {
     assert_eq!(refused, Some(2.0));
     w.app.shutdown().await;
 }
+
+#[tokio::test]
+async fn item_quota_is_reported_as_partial_success() {
+    let extra = "  auth:\n    tenants:\n      metered: {items: {traces: 10}}\n";
+    let w = start_yaml(&base_yaml(std::path::Path::new("{dir}"), extra)).await;
+    let c = reqwest::Client::new();
+    let url = format!("{}/v1/traces", w.http());
+    let send = |n: usize, json: bool| {
+        let req = traces("iq", n, 1);
+        let (ct, body) = if json {
+            ("application/json", weir::otlp::json::encode(&weir::signal::Payload::Traces(req)).into_bytes())
+        } else {
+            ("application/x-protobuf", prost::Message::encode_to_vec(&req))
+        };
+        c.post(&url).header("content-type", ct).header("x-bk-token", "metered").body(body).send()
+    };
+    let r = send(8, false).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let full =
+        <opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse as prost::Message>::decode(r.bytes().await.unwrap())
+            .unwrap();
+    assert!(full.partial_success.is_none(), "8 of 10 fit");
+    let r = send(8, true).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = r.json().await.unwrap();
+    let rejected: u64 = v["partialSuccess"]["rejectedSpans"].as_str().unwrap().parse().unwrap();
+    assert!((5..=6).contains(&rejected), "2 (or 3 after refill) of 8 fit: {v}");
+    assert!(v["partialSuccess"]["errorMessage"].as_str().unwrap().contains("quota"));
+
+    let ch = tonic::transport::Channel::from_shared(w.grpc()).unwrap().connect().await.unwrap();
+    let mut req = tonic::Request::new(traces("iqg", 30, 1));
+    req.metadata_mut().insert("x-bk-token", "metered".parse().unwrap());
+    let resp = TraceServiceClient::new(ch).export(req).await.unwrap().into_inner();
+    let ps = resp.partial_success.expect("partial success over gRPC");
+    assert!(ps.rejected_spans >= 20, "{ps:?}");
+    // Exported = accepted: 8 + the granted part of the others.
+    let total_rejected = rejected as usize + ps.rejected_spans as usize;
+    let exported = wait_items(&w.data_dir(), "traces", 8 + 8 + 30 - total_rejected).await.len();
+    assert_eq!(exported, 8 + 8 + 30 - total_rejected, "nothing silently lost: exported + rejected = sent");
+    let counted = metric_value(&w.admin(), "weir_items_rejected_total{signal=\"traces\",reason=\"quota\"}").await;
+    assert_eq!(counted, Some(total_rejected as f64));
+    w.app.shutdown().await;
+}

@@ -79,3 +79,35 @@ async fn sighup_reloads_and_refuses_a_bad_config() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[tokio::test]
+async fn a_watched_file_reloads_without_a_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let (h, g, a) = (free_port(), free_port(), free_port());
+    let path = dir.path().join("weir.yaml");
+    let with_watch = |drop_max: &str| {
+        format!("{}reload: {{watch_file: true, interval: 100ms}}\n", config(h, g, a, drop_max, "{requests_per_second: 100}"))
+    };
+    std::fs::write(&path, with_watch("1.0")).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["--config", path.to_str().unwrap()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let admin = format!("http://127.0.0.1:{a}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while reqwest::get(format!("{admin}/readyz")).await.map(|r| r.status() != 200).unwrap_or(true) {
+        assert!(Instant::now() < deadline, "weir did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Make sure the modification time moves even on coarse-grained filesystems.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    std::fs::write(&path, with_watch("0.4")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while debug(&admin).await["rules"]["traces"]["drop_max"] != 0.4 {
+        assert!(Instant::now() < deadline, "the watched file was not reloaded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}

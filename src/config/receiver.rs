@@ -110,6 +110,33 @@ pub struct TenantConfig {
     pub priority: Option<super::Priority>,
     /// Request quota; none = unlimited.
     pub rate: Option<RateConfig>,
+    /// Item quotas per signal, items per second (spans, data points, log records,
+    /// profiles); items over it are refused after decoding and reported as partial success.
+    pub items: ItemQuotas,
+}
+
+/// Items per second per signal; unset = unlimited.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ItemQuotas {
+    /// Spans per second.
+    pub traces: Option<f64>,
+    /// Data points per second.
+    pub metrics: Option<f64>,
+    /// Log records per second.
+    pub logs: Option<f64>,
+    /// Profiles per second.
+    pub profiles: Option<f64>,
+}
+
+impl ItemQuotas {
+    /// The configured (signal, rate) pairs.
+    pub fn iter(&self) -> impl Iterator<Item = (crate::signal::Signal, f64)> + '_ {
+        use crate::signal::Signal;
+        [(Signal::Traces, self.traces), (Signal::Metrics, self.metrics), (Signal::Logs, self.logs), (Signal::Profiles, self.profiles)]
+            .into_iter()
+            .filter_map(|(s, r)| r.map(|r| (s, r)))
+    }
 }
 
 /// A request quota.
@@ -186,6 +213,14 @@ impl ReceiverConfig {
                     format!("receiver.auth.tenants.{t}"),
                     "a tenant token must be non-empty, without whitespace",
                 ));
+            }
+            for (signal, rate) in c.items.iter() {
+                if !(rate >= 1.0 && rate.is_finite()) {
+                    return Err(ConfigError::invalid(
+                        format!("receiver.auth.tenants.{t}.items.{}", signal.as_str()),
+                        "must be >= 1 item per second",
+                    ));
+                }
             }
             if let Some(r) = &c.rate {
                 let ok = r.requests_per_second > 0.0 && r.requests_per_second.is_finite() && r.burst >= 1;

@@ -43,10 +43,36 @@ impl Gcra {
     }
 }
 
+/// A token bucket for items (spans, data points, …): `rate` per second, at most one
+/// second's worth banked. Unlike [`Gcra`] it grants part of a request.
+#[derive(Debug)]
+pub struct ItemBucket {
+    rate: f64,
+    state: std::sync::Mutex<(f64, u64)>,
+}
+
+impl ItemBucket {
+    /// `rate` items per second, starting full.
+    pub fn new(rate: f64) -> Self {
+        ItemBucket { rate, state: std::sync::Mutex::new((rate, 0)) }
+    }
+
+    /// Takes up to `n` items at `now` (ns); returns how many were granted.
+    pub fn take(&self, now: u64, n: usize) -> usize {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (tokens, last) = *st;
+        let refilled = (tokens + now.saturating_sub(last) as f64 / 1e9 * self.rate).min(self.rate);
+        let granted = (refilled.floor() as usize).min(n);
+        *st = (refilled - granted as f64, now.max(last));
+        granted
+    }
+}
+
 /// The limiters of every configured tenant with a rate.
 #[derive(Debug, Default)]
 pub struct Quotas {
     by_tenant: HashMap<String, (RateKey, std::sync::Arc<Gcra>)>,
+    items: HashMap<(String, crate::signal::Signal), (u64, std::sync::Arc<ItemBucket>)>,
     origin: Option<std::time::Instant>,
 }
 
@@ -75,7 +101,33 @@ impl Quotas {
                 Some((t.clone(), (key, gcra)))
             })
             .collect();
-        Quotas { origin: old.origin.or_else(|| Some(std::time::Instant::now())), by_tenant }
+        let mut items = HashMap::new();
+        for (t, c) in &auth.tenants {
+            for (signal, rate) in c.items.iter() {
+                let key = (t.clone(), signal);
+                let bucket = match old.items.get(&key) {
+                    Some((r, b)) if *r == rate.to_bits() => std::sync::Arc::clone(b),
+                    _ => std::sync::Arc::new(ItemBucket::new(rate)),
+                };
+                items.insert(key, (rate.to_bits(), bucket));
+            }
+        }
+        Quotas { origin: old.origin.or_else(|| Some(std::time::Instant::now())), by_tenant, items }
+    }
+
+    /// Takes up to `n` items of `signal` for `tenant`; returns how many are allowed
+    /// (all of them when the tenant has no item quota for the signal).
+    pub fn take_items(&self, tenant: &str, signal: crate::signal::Signal, n: usize) -> usize {
+        let now = self.origin.map_or(0, |o| o.elapsed().as_nanos() as u64);
+        match self.items.get(&(tenant.to_string(), signal)) {
+            Some((_, b)) => b.take(now, n),
+            None => n,
+        }
+    }
+
+    /// Whether any item quota is configured.
+    pub fn has_item_quotas(&self) -> bool {
+        !self.items.is_empty()
     }
 
     /// Whether any tenant has a quota.
@@ -111,6 +163,16 @@ mod tests {
             assert!(g.check(later).is_ok());
         }
         assert!(g.check(later).is_err());
+    }
+
+    #[test]
+    fn item_bucket_grants_part_of_a_request() {
+        let b = ItemBucket::new(100.0);
+        assert_eq!(b.take(0, 60), 60);
+        assert_eq!(b.take(0, 60), 40, "the rest of the second's worth");
+        assert_eq!(b.take(0, 10), 0);
+        assert_eq!(b.take(S / 2, 80), 50, "half a second refills 50");
+        assert_eq!(b.take(10 * S, 500), 100, "never more than one second banked");
     }
 
     #[test]

@@ -65,6 +65,40 @@ pub fn decode_protobuf(signal: Signal, body: &[u8]) -> Result<Payload, ApiError>
     })
 }
 
+/// The response when `rejected` items were refused (partial success), in `format`.
+pub fn encode_partial(signal: Signal, format: Format, rejected: u64, message: &str) -> Vec<u8> {
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsPartialSuccess;
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsPartialSuccess;
+    use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesPartialSuccess;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTracePartialSuccess;
+    let n = rejected as i64;
+    let m = message.to_string();
+    match format {
+        Format::Json => crate::otlp::json::encode_partial_success(signal, n, message).into_bytes(),
+        Format::Protobuf => match signal {
+            Signal::Traces => {
+                ExportTraceServiceResponse { partial_success: Some(ExportTracePartialSuccess { rejected_spans: n, error_message: m }) }
+                    .encode_to_vec()
+            }
+            Signal::Metrics => ExportMetricsServiceResponse {
+                partial_success: Some(ExportMetricsPartialSuccess { rejected_data_points: n, error_message: m }),
+            }
+            .encode_to_vec(),
+            Signal::Logs => {
+                ExportLogsServiceResponse { partial_success: Some(ExportLogsPartialSuccess { rejected_log_records: n, error_message: m }) }
+                    .encode_to_vec()
+            }
+            Signal::Profiles => ExportProfilesServiceResponse {
+                partial_success: Some(ExportProfilesPartialSuccess { rejected_profiles: n, error_message: m }),
+            }
+            .encode_to_vec(),
+        },
+    }
+}
+
+/// The message sent with a quota partial success.
+pub const QUOTA_MESSAGE: &str = "tenant item quota exceeded; the rejected items were not accepted";
+
 /// The success response (full success: no partial_success) in `format`.
 pub fn encode_success(signal: Signal, format: Format) -> Vec<u8> {
     match format {

@@ -1,19 +1,24 @@
 //! OTLP/gRPC: the four Export services (tonic), as one axum router so both servers
 //! share the listener, TLS and middleware code.
 
+use super::decode::QUOTA_MESSAGE;
 use super::middleware::GrpcSettings;
 use super::response::ApiError;
 use super::{count_request, Ingest, Protocol, Tenant};
 use crate::signal::Payload;
 use crate::telemetry::names;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{LogsService, LogsServiceServer};
-use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
+use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse};
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{MetricsService, MetricsServiceServer};
-use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
 use opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_server::{ProfilesService, ProfilesServiceServer};
-use opentelemetry_proto::tonic::collector::profiles::v1development::{ExportProfilesServiceRequest, ExportProfilesServiceResponse};
+use opentelemetry_proto::tonic::collector::profiles::v1development::{
+    ExportProfilesPartialSuccess, ExportProfilesServiceRequest, ExportProfilesServiceResponse,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse};
 use std::time::Instant;
 use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status};
@@ -25,16 +30,17 @@ pub struct OtlpGrpc {
 }
 
 impl OtlpGrpc {
-    fn handle<T>(&self, req: Request<T>, wrap: impl FnOnce(T) -> Payload) -> Result<(), Status> {
+    /// Returns how many items a tenant's item quota refused (0: all accepted).
+    fn handle<T>(&self, req: Request<T>, wrap: impl FnOnce(T) -> Payload) -> Result<i64, Status> {
         let started = Instant::now();
         let tenant = req.extensions().get::<Tenant>().cloned();
         let payload = wrap(req.into_inner());
         let signal = payload.signal();
         metrics::counter!(names::REQUEST_BYTES, "protocol" => "grpc", "signal" => signal.as_str()).increment(payload.encoded_len() as u64);
         match self.ingest.accept_from(payload, Protocol::Grpc, tenant.as_ref()) {
-            Ok(()) => {
+            Ok(rejected) => {
                 count_request(Protocol::Grpc, signal.as_str(), "accepted", tenant.as_ref(), started.elapsed());
-                Ok(())
+                Ok(rejected as i64)
             }
             Err(e) => {
                 metrics::counter!(names::REQUESTS_REJECTED, "protocol" => "grpc", "signal" => signal.as_str(), "reason" => e.reason())
@@ -49,32 +55,36 @@ impl OtlpGrpc {
 #[tonic::async_trait]
 impl TraceService for OtlpGrpc {
     async fn export(&self, req: Request<ExportTraceServiceRequest>) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        self.handle(req, Payload::Traces)?;
-        Ok(Response::new(ExportTraceServiceResponse::default()))
+        let n = self.handle(req, Payload::Traces)?;
+        let partial_success = (n > 0).then(|| ExportTracePartialSuccess { rejected_spans: n, error_message: QUOTA_MESSAGE.into() });
+        Ok(Response::new(ExportTraceServiceResponse { partial_success }))
     }
 }
 
 #[tonic::async_trait]
 impl MetricsService for OtlpGrpc {
     async fn export(&self, req: Request<ExportMetricsServiceRequest>) -> Result<Response<ExportMetricsServiceResponse>, Status> {
-        self.handle(req, Payload::Metrics)?;
-        Ok(Response::new(ExportMetricsServiceResponse::default()))
+        let n = self.handle(req, Payload::Metrics)?;
+        let partial_success = (n > 0).then(|| ExportMetricsPartialSuccess { rejected_data_points: n, error_message: QUOTA_MESSAGE.into() });
+        Ok(Response::new(ExportMetricsServiceResponse { partial_success }))
     }
 }
 
 #[tonic::async_trait]
 impl LogsService for OtlpGrpc {
     async fn export(&self, req: Request<ExportLogsServiceRequest>) -> Result<Response<ExportLogsServiceResponse>, Status> {
-        self.handle(req, Payload::Logs)?;
-        Ok(Response::new(ExportLogsServiceResponse::default()))
+        let n = self.handle(req, Payload::Logs)?;
+        let partial_success = (n > 0).then(|| ExportLogsPartialSuccess { rejected_log_records: n, error_message: QUOTA_MESSAGE.into() });
+        Ok(Response::new(ExportLogsServiceResponse { partial_success }))
     }
 }
 
 #[tonic::async_trait]
 impl ProfilesService for OtlpGrpc {
     async fn export(&self, req: Request<ExportProfilesServiceRequest>) -> Result<Response<ExportProfilesServiceResponse>, Status> {
-        self.handle(req, Payload::Profiles)?;
-        Ok(Response::new(ExportProfilesServiceResponse::default()))
+        let n = self.handle(req, Payload::Profiles)?;
+        let partial_success = (n > 0).then(|| ExportProfilesPartialSuccess { rejected_profiles: n, error_message: QUOTA_MESSAGE.into() });
+        Ok(Response::new(ExportProfilesServiceResponse { partial_success }))
     }
 }
 

@@ -89,9 +89,14 @@ async fn export(State(st): State<HttpState>, signal: Signal, req: Request<Body>)
     let error_format = Format::for_errors(content_type.as_deref());
     let result = handle(&st, signal, req, content_type.as_deref(), tenant.as_ref()).await;
     match result {
-        Ok(format) => {
+        Ok((format, rejected)) => {
             count_request(Protocol::Http, signal.as_str(), "accepted", tenant.as_ref(), started.elapsed());
-            let mut resp = Response::new(Body::from(decode::encode_success(signal, format)));
+            let body = if rejected > 0 {
+                decode::encode_partial(signal, format, rejected, decode::QUOTA_MESSAGE)
+            } else {
+                decode::encode_success(signal, format)
+            };
+            let mut resp = Response::new(Body::from(body));
             resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
             resp
         }
@@ -110,7 +115,7 @@ async fn handle(
     req: Request<Body>,
     content_type: Option<&str>,
     tenant: Option<&Tenant>,
-) -> Result<Format, ApiError> {
+) -> Result<(Format, u64), ApiError> {
     let format = content_type.and_then(Format::from_content_type).ok_or_else(|| {
         ApiError::UnsupportedMediaType(format!(
             "unsupported Content-Type `{}`; use application/x-protobuf or application/json",
@@ -132,8 +137,8 @@ async fn handle(
     let body = read_body(req.into_body(), st.max_body).await?;
     metrics::counter!(names::REQUEST_BYTES, "protocol" => "http", "signal" => signal.as_str()).increment(body.len() as u64);
     let payload = decode::decode(signal, format, &body)?;
-    st.ingest.accept_from(payload, Protocol::Http, tenant)?;
-    Ok(format)
+    let rejected = st.ingest.accept_from(payload, Protocol::Http, tenant)?;
+    Ok((format, rejected))
 }
 
 async fn method_not_allowed(req: Request<Body>) -> Response<Body> {

@@ -53,12 +53,13 @@ impl Protocol {
 pub struct Ingest {
     pipeline: Arc<Pipeline>,
     priorities: Option<Arc<crate::throttle::manager::ThrottleManager>>,
+    quotas: Option<middleware::AuthLayerState>,
 }
 
 impl Ingest {
     /// Wraps the pipeline.
     pub fn new(pipeline: Arc<Pipeline>) -> Self {
-        Ingest { pipeline, priorities: None }
+        Ingest { pipeline, priorities: None, quotas: None }
     }
 
     /// Knows request priorities (tenant, record type), so non-critical payloads leave the
@@ -68,14 +69,35 @@ impl Ingest {
         self
     }
 
+    /// Applies the tenants' item quotas (from the auth state, so reloads reach them).
+    pub fn with_item_quotas(mut self, auth: Option<middleware::AuthLayerState>) -> Self {
+        self.quotas = auth;
+        self
+    }
+
     /// Submits a decoded payload at normal priority.
-    pub fn accept(&self, payload: Payload, protocol: Protocol) -> Result<(), ApiError> {
+    pub fn accept(&self, payload: Payload, protocol: Protocol) -> Result<u64, ApiError> {
         self.accept_from(payload, protocol, None)
     }
 
     /// Submits a decoded payload from `tenant`; items are counted received, then
-    /// accepted or rejected.
-    pub fn accept_from(&self, payload: Payload, protocol: Protocol, tenant: Option<&Tenant>) -> Result<(), ApiError> {
+    /// accepted or rejected. Returns how many items the tenant's item quota refused
+    /// (reported to the client as partial success).
+    pub fn accept_from(&self, mut payload: Payload, protocol: Protocol, tenant: Option<&Tenant>) -> Result<u64, ApiError> {
+        let mut over_quota = 0u64;
+        if let (Some(q), Some(t)) = (&self.quotas, tenant) {
+            let n = payload.item_count();
+            let granted = q.take_items(&t.0, payload.signal(), n);
+            if granted < n {
+                over_quota = payload.truncate_items(granted) as u64;
+                metrics::counter!(names::ITEMS_RECEIVED, "protocol" => protocol.as_str(), "signal" => payload.signal().as_str())
+                    .increment(over_quota);
+                metrics::counter!(names::ITEMS_REJECTED, "signal" => payload.signal().as_str(), "reason" => "quota").increment(over_quota);
+                if granted == 0 {
+                    return Ok(over_quota);
+                }
+            }
+        }
         let critical = self
             .priorities
             .as_ref()
@@ -86,7 +108,7 @@ impl Ingest {
         match self.pipeline.submit_as(payload, critical) {
             Ok(()) => {
                 metrics::counter!(names::ITEMS_ACCEPTED, "signal" => signal).increment(items);
-                Ok(())
+                Ok(over_quota)
             }
             Err(e) => {
                 metrics::counter!(names::ITEMS_REJECTED, "signal" => signal, "reason" => e.reason()).increment(items);

@@ -122,7 +122,8 @@ async fn handle(ingest: &Ingest, max_body: usize, req: Request<Body>) -> Result<
     let wr =
         WriteRequest::decode(plain.as_slice()).map_err(|e| ApiError::BadRequest(format!("cannot decode prometheus.WriteRequest: {e}")))?;
     let otlp = to_otlp(&wr)?;
-    ingest.accept_from(Payload::Metrics(otlp), Protocol::Http, tenant.as_ref())
+    // Remote write has no partial success: items over a quota are counted as rejected.
+    ingest.accept_from(Payload::Metrics(otlp), Protocol::Http, tenant.as_ref()).map(|_| ())
 }
 
 /// The handler for both paths: 204 on success.

@@ -53,6 +53,11 @@ impl AuthLayerState {
         self.inner.load().tokens.get(presented).cloned()
     }
 
+    /// Takes up to `n` items of `signal` from `tenant`'s item quota; returns how many fit.
+    pub fn take_items(&self, tenant: &str, signal: crate::signal::Signal, n: usize) -> usize {
+        self.inner.load().quotas.take_items(tenant, signal, n)
+    }
+
     fn check_quota(&self, tenant: &str) -> Result<(), std::time::Duration> {
         self.inner.load().quotas.check(tenant)
     }
