@@ -13,6 +13,21 @@ fn config(http: u16, grpc: u16, admin: u16, drop_max: &str, rate: &str) -> Strin
     )
 }
 
+/// Starts the weir binary on `path` and waits for /readyz on `admin`.
+async fn spawn_weir(path: &std::path::Path, admin: &str) -> std::process::Child {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["--config", path.to_str().unwrap()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while reqwest::get(format!("{admin}/readyz")).await.map(|r| r.status() != 200).unwrap_or(true) {
+        assert!(Instant::now() < deadline, "weir did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    child
+}
+
 async fn debug(admin: &str) -> serde_json::Value {
     reqwest::get(format!("{admin}/debug/throttle")).await.unwrap().json().await.unwrap()
 }
@@ -23,17 +38,8 @@ async fn sighup_reloads_and_refuses_a_bad_config() {
     let (h, g, a) = (free_port(), free_port(), free_port());
     let path = dir.path().join("weir.yaml");
     std::fs::write(&path, config(h, g, a, "1.0", "{requests_per_second: 1000, burst: 1000}")).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["--config", path.to_str().unwrap()])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
     let admin = format!("http://127.0.0.1:{a}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while reqwest::get(format!("{admin}/readyz")).await.map(|r| r.status() != 200).unwrap_or(true) {
-        assert!(Instant::now() < deadline, "weir did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut child = spawn_weir(&path, &admin).await;
     let before = debug(&admin).await;
     assert_eq!(before["rules"]["traces"]["drop_max"], 1.0);
     let hash0 = before["config_hash"].as_str().unwrap().to_string();
@@ -89,17 +95,8 @@ async fn a_watched_file_reloads_without_a_signal() {
         format!("{}reload: {{watch_file: true, interval: 100ms}}\n", config(h, g, a, drop_max, "{requests_per_second: 100}"))
     };
     std::fs::write(&path, with_watch("1.0")).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["--config", path.to_str().unwrap()])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
     let admin = format!("http://127.0.0.1:{a}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while reqwest::get(format!("{admin}/readyz")).await.map(|r| r.status() != 200).unwrap_or(true) {
-        assert!(Instant::now() < deadline, "weir did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut child = spawn_weir(&path, &admin).await;
     // Make sure the modification time moves even on coarse-grained filesystems.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     std::fs::write(&path, with_watch("0.4")).unwrap();
