@@ -151,11 +151,6 @@ impl RunningApp {
         restart
     }
 
-    /// The hash of the configuration in force.
-    pub fn config_hash(&self) -> u64 {
-        self.config.hash()
-    }
-
     /// Bytes held by the pipeline now.
     pub fn queued_bytes(&self) -> usize {
         self.pipeline.queued_bytes()

@@ -128,12 +128,6 @@ impl KneeLearner {
         (!v.is_nan()).then_some(v)
     }
 
-    /// The last learned knee without recomputing.
-    pub fn current(&self) -> Option<f64> {
-        let v = f64::from_bits(self.learned.load(Ordering::Relaxed));
-        (!v.is_nan()).then_some(v)
-    }
-
     /// Recomputes from every sample held: (knee, profile of valid buckets).
     pub fn compute(&self) -> (Option<f64>, Vec<BucketProfile>) {
         self.compute_at(u64::MAX)

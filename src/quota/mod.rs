@@ -125,16 +125,6 @@ impl Quotas {
         }
     }
 
-    /// Whether any item quota is configured.
-    pub fn has_item_quotas(&self) -> bool {
-        !self.items.is_empty()
-    }
-
-    /// Whether any tenant has a quota.
-    pub fn is_empty(&self) -> bool {
-        self.by_tenant.is_empty()
-    }
-
     /// Takes one request of `tenant` now.
     pub fn check(&self, tenant: &str) -> Result<(), Duration> {
         let now = self.origin.map_or(0, |o| o.elapsed().as_nanos() as u64);

@@ -23,9 +23,10 @@ use std::sync::Arc;
 pub struct Tenant(pub Arc<str>);
 
 impl Tenant {
-    /// The metric label value: the tenant, or `none` without auth.
-    pub fn label(tenant: Option<&Tenant>) -> String {
-        tenant.map_or_else(|| "none".to_string(), |t| t.0.to_string())
+    /// The metric label value: the tenant, or `none` without auth. Shares the token's
+    /// allocation (no copy per request).
+    pub fn label(tenant: Option<&Tenant>) -> metrics::SharedString {
+        tenant.map_or(metrics::SharedString::const_str("none"), |t| metrics::SharedString::from(Arc::clone(&t.0)))
     }
 }
 
@@ -73,11 +74,6 @@ impl Ingest {
     pub fn with_item_quotas(mut self, auth: Option<middleware::AuthLayerState>) -> Self {
         self.quotas = auth;
         self
-    }
-
-    /// Submits a decoded payload at normal priority.
-    pub fn accept(&self, payload: Payload, protocol: Protocol) -> Result<u64, ApiError> {
-        self.accept_from(payload, protocol, None)
     }
 
     /// Submits a decoded payload from `tenant`; items are counted received, then

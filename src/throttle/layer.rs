@@ -9,12 +9,11 @@ use super::manager::{Decision, Reason, ThrottleManager};
 use super::metrics::REQUESTS;
 use super::{AdmissionClock, DoneGuard};
 use crate::admission::Layer as AdmissionLayer;
-use crate::receiver::decode::Format;
 use crate::receiver::middleware::ServerKind;
 use crate::receiver::response::ApiError;
 use crate::signal::Signal;
 use axum::body::Body;
-use axum::http::{header, Request, Response};
+use axum::http::{Request, Response};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
@@ -208,8 +207,3 @@ pub mod future {
 }
 
 pub use future::ResponseFuture;
-
-/// The error body format for an HTTP request (used by the reject helper).
-pub fn error_format(req: &Request<Body>) -> Format {
-    Format::for_errors(req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()))
-}

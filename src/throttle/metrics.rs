@@ -31,7 +31,7 @@ pub fn set_thresholds(c: &ThrottleConfig) {
 }
 
 /// Publishes one snapshot's levels and states.
-pub fn publish(s: &Snapshot, _c: &ThrottleConfig) {
+pub fn publish(s: &Snapshot) {
     let l = &s.level;
     ::metrics::gauge!(WATER_LEVEL, "kind" => "cpu").set(l.cpu);
     ::metrics::gauge!(WATER_LEVEL, "kind" => "cpu_slow").set(l.cpu_slow);

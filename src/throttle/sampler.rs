@@ -248,7 +248,7 @@ pub async fn run(
                 snapshot.pressure.above_enter = true;
             }
         }
-        super::metrics::publish(&snapshot, &config);
+        super::metrics::publish(&snapshot);
         manager.publish(snapshot);
         super::metrics::sampler_duration(started.elapsed());
     }

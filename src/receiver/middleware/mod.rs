@@ -27,7 +27,6 @@ use axum::http::{header, Request, Response};
 use axum::middleware::from_fn_with_state;
 use axum::Router;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Which server a list belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -298,9 +297,4 @@ pub(crate) fn reject(kind: ServerKind, req: &Request<Body>, err: ApiError, start
         }
         ServerKind::Grpc => err.into_grpc_http(),
     }
-}
-
-/// Re-exported for tests of Retry-After parsing.
-pub fn retry_after_header(resp: &Response<Body>) -> Option<Duration> {
-    resp.headers().get(header::RETRY_AFTER)?.to_str().ok()?.parse::<u64>().ok().map(Duration::from_secs)
 }
