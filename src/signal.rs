@@ -1,11 +1,13 @@
 //! The four OTLP signals and the decoded payload that travels through the pipeline.
 
+use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use prost::Message;
+use std::borrow::Cow;
 
 /// A telemetry signal; also the throttle's record type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -70,9 +72,14 @@ impl Signal {
     }
 }
 
-/// One decoded export request.
+/// One export request on its way through the pipeline: decoded, or (protobuf traces,
+/// metrics and logs) still in the bytes it arrived in, checked and counted by
+/// [`crate::otlp::wire`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Payload {
+    /// A checked protobuf export request (or several, concatenated: protobuf merges
+    /// repeated fields by concatenation, so the parts are one valid request).
+    Encoded(Encoded),
     /// Traces.
     Traces(ExportTraceServiceRequest),
     /// Metrics.
@@ -91,6 +98,7 @@ impl Payload {
             Payload::Metrics(_) => Signal::Metrics,
             Payload::Logs(_) => Signal::Logs,
             Payload::Profiles(_) => Signal::Profiles,
+            Payload::Encoded(e) => e.signal,
         }
     }
 
@@ -107,6 +115,7 @@ impl Payload {
                 .sum(),
             Payload::Logs(r) => r.resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len()).sum(),
             Payload::Profiles(r) => r.resource_profiles.iter().flat_map(|r| &r.scope_profiles).map(|s| s.profiles.len()).sum(),
+            Payload::Encoded(e) => e.items,
         }
     }
 
@@ -117,6 +126,7 @@ impl Payload {
             Payload::Metrics(r) => r.encoded_len(),
             Payload::Logs(r) => r.encoded_len(),
             Payload::Profiles(r) => r.encoded_len(),
+            Payload::Encoded(e) => e.len,
         }
     }
 
@@ -127,12 +137,48 @@ impl Payload {
             Payload::Metrics(r) => r.encode_to_vec(),
             Payload::Logs(r) => r.encode_to_vec(),
             Payload::Profiles(r) => r.encode_to_vec(),
+            Payload::Encoded(e) => e.to_vec(),
         }
+    }
+
+    /// The protobuf encoding as one buffer: shared, not copied, when the payload is a
+    /// single encoded request.
+    pub fn to_bytes(&self) -> Bytes {
+        match self {
+            Payload::Encoded(e) if e.chunks.len() == 1 => e.chunks[0].clone(),
+            other => Bytes::from(other.encode_to_vec()),
+        }
+    }
+
+    /// The decoded form: borrowed when decoded already, else decoded from the bytes
+    /// (which were checked on arrival, so this does not fail in practice; if it does, the
+    /// error says why and the caller drops the batch with that reason).
+    pub fn decoded(&self) -> Result<Cow<'_, Payload>, prost::DecodeError> {
+        let Payload::Encoded(e) = self else {
+            return Ok(Cow::Borrowed(self));
+        };
+        let buf = if e.chunks.len() == 1 { e.chunks[0].clone() } else { Bytes::from(e.to_vec()) };
+        Ok(Cow::Owned(match e.signal {
+            Signal::Traces => Payload::Traces(ExportTraceServiceRequest::decode(buf)?),
+            Signal::Metrics => Payload::Metrics(ExportMetricsServiceRequest::decode(buf)?),
+            Signal::Logs => Payload::Logs(ExportLogsServiceRequest::decode(buf)?),
+            Signal::Profiles => Payload::Profiles(ExportProfilesServiceRequest::decode(buf)?),
+        }))
     }
 
     /// Keeps the first `keep` items (in order) and drops the rest, with any resource or
     /// scope left empty; returns how many items were dropped.
     pub fn truncate_items(&mut self, keep: usize) -> usize {
+        if let Payload::Encoded(e) = self {
+            if keep >= e.items {
+                return 0;
+            }
+            // Cutting inside the bytes is rare (item quotas): decode and cut the structs.
+            match self.decoded() {
+                Ok(d) => *self = d.into_owned(),
+                Err(_) => return 0,
+            }
+        }
         fn cut<R, S, I>(resources: &mut Vec<R>, scopes: fn(&mut R) -> &mut Vec<S>, items: fn(&mut S) -> &mut Vec<I>, keep: usize) -> usize {
             let mut left = keep;
             let mut dropped = 0;
@@ -153,6 +199,7 @@ impl Payload {
             Payload::Traces(r) => cut(&mut r.resource_spans, |r| &mut r.scope_spans, |s| &mut s.spans, keep),
             Payload::Logs(r) => cut(&mut r.resource_logs, |r| &mut r.scope_logs, |s| &mut s.log_records, keep),
             Payload::Profiles(r) => cut(&mut r.resource_profiles, |r| &mut r.scope_profiles, |s| &mut s.profiles, keep),
+            Payload::Encoded(_) => unreachable!("decoded above"),
             Payload::Metrics(r) => {
                 // Data points, metric by metric.
                 let mut left = keep;
@@ -187,6 +234,25 @@ impl Payload {
     /// request carries its own dictionary that its indices point into; returns `other`
     /// back in that case (and when the signals differ); `None` means merged.
     pub fn merge(&mut self, other: Payload) -> Option<Payload> {
+        if self.signal() != other.signal() || self.signal() == Signal::Profiles {
+            return Some(other);
+        }
+        // Encoded on either side: the batch stays encoded, the decoded side is encoded
+        // once (cheaper than decoding the other).
+        if let Payload::Encoded(b) = other {
+            if let Payload::Encoded(a) = self {
+                a.append(b);
+            } else {
+                let mut a = Encoded::single(self.signal(), Bytes::from(self.encode_to_vec()), self.item_count());
+                a.append(b);
+                *self = Payload::Encoded(a);
+            }
+            return None;
+        }
+        if let Payload::Encoded(a) = self {
+            a.append(Encoded::single(other.signal(), Bytes::from(other.encode_to_vec()), other.item_count()));
+            return None;
+        }
         match (self, other) {
             (Payload::Traces(a), Payload::Traces(b)) => a.resource_spans.extend(b.resource_spans),
             (Payload::Metrics(a), Payload::Metrics(b)) => a.resource_metrics.extend(b.resource_metrics),
@@ -194,6 +260,44 @@ impl Payload {
             (_, other) => return Some(other),
         }
         None
+    }
+}
+
+/// Checked protobuf export requests of one signal, kept as they arrived.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Encoded {
+    signal: Signal,
+    chunks: Vec<Bytes>,
+    items: usize,
+    len: usize,
+}
+
+impl Encoded {
+    /// One request's bytes. `items` must be what [`crate::otlp::wire::check`] counted in
+    /// them: the pipeline trusts it.
+    pub fn single(signal: Signal, bytes: Bytes, items: usize) -> Self {
+        let len = bytes.len();
+        Encoded { signal, chunks: vec![bytes], items, len }
+    }
+
+    /// Appends another request of the same signal.
+    fn append(&mut self, other: Encoded) {
+        self.items += other.items;
+        self.len += other.len;
+        self.chunks.extend(other.chunks);
+    }
+
+    /// The parts, in order; their concatenation is the request.
+    pub fn chunks(&self) -> &[Bytes] {
+        &self.chunks
+    }
+
+    fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len);
+        for c in &self.chunks {
+            v.extend_from_slice(c);
+        }
+        v
     }
 }
 

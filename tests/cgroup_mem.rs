@@ -1,6 +1,8 @@
 //! Memory must come back: in a REAL memory-limited cgroup, large requests drive weir into
 //! a memory-caused Open state; once the load stops and the batch is exported, the freed
-//! memory returns to the kernel (mimalloc), the level falls and the state is Normal again.
+//! memory returns to the kernel (jemalloc's background purge), the level falls and the
+//! state is Normal again. Requests travel as their protobuf bytes, so the queued bytes
+//! are about what the pipeline holds: the lines sit below the 150 MB queue bound.
 
 mod support;
 
@@ -22,7 +24,7 @@ receiver:
     sample_interval: 100ms
     thresholds:
       cpu: {enabled: false, enter: 0.8, exit: 0.7, hard: 0.9}
-      mem: {enter: 0.30, exit: 0.20, hard: 0.40, breach_n: 1}
+      mem: {enter: 0.15, exit: 0.10, hard: 0.22, breach_n: 1}
 pipeline:
   queue: {max_bytes: 150000000}
   batch: {max_items: 100000000, timeout: 3s}
@@ -39,7 +41,7 @@ async fn memory_open_state_recovers_when_memory_is_returned() {
     let dbg = weir.debug().await;
     assert_eq!(dbg["mem_limit_bytes"], LIMIT, "weir reads its memory limit from the real cgroup ({}): {dbg}", cg.layout);
     let baseline = dbg["levels"]["mem"].as_f64().unwrap();
-    assert!(baseline < 0.2, "starts low: {baseline}");
+    assert!(baseline < 0.10, "starts low: {baseline}");
 
     // ~4 MB requests: 2000 spans with 10 attributes of 200 bytes.
     let body = bytes::Bytes::from(weir::otlp::synth::traces_request(2000, 10, 200, 3).encode_to_vec());
@@ -88,14 +90,14 @@ async fn memory_open_state_recovers_when_memory_is_returned() {
     let mut last = serde_json::Value::Null;
     while Instant::now() < deadline {
         last = weir.debug().await;
-        if last["states"]["traces"] == "normal" && last["levels"]["mem"].as_f64().is_some_and(|m| m < 0.20) {
+        if last["states"]["traces"] == "normal" && last["levels"]["mem"].as_f64().is_some_and(|m| m < 0.10) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     eprintln!("after load: {}", last["levels"]);
     assert_eq!(last["states"]["traces"], "normal", "state returned to Normal: {last}");
-    assert!(last["levels"]["mem"].as_f64().unwrap() < 0.20, "memory level fell below exit: {last}");
+    assert!(last["levels"]["mem"].as_f64().unwrap() < 0.10, "memory level fell below exit: {last}");
     assert!(weir.child.try_wait().unwrap().is_none(), "weir still running");
     assert_eq!(cg.oom_kills(), 0, "no OOM kill");
     let small = weir::otlp::synth::traces_request(10, 2, 8, 1).encode_to_vec();

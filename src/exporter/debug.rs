@@ -24,7 +24,7 @@ impl Exporter for DebugExporter {
         Box::pin(async move {
             tracing::info!(exporter = %self.name, signal = payload.signal().as_str(), items = payload.item_count(), "debug export");
             if self.detailed {
-                tracing::info!(exporter = %self.name, "{}", crate::otlp::json::encode(payload));
+                tracing::info!(exporter = %self.name, "{}", crate::otlp::json::encode(&*payload.decoded()?));
             }
             Ok(())
         })

@@ -94,11 +94,11 @@ impl Exporter for FileExporter {
     }
 
     fn export<'a>(&'a self, payload: &'a Payload) -> BoxFuture<'a, Result<(), ExportError>> {
-        let mut line = crate::otlp::json::encode(payload).into_bytes();
-        line.push(b'\n');
         let files = Arc::clone(&self.files);
         let idx = payload.signal().index();
         Box::pin(async move {
+            let mut line = crate::otlp::json::encode(&*payload.decoded()?).into_bytes();
+            line.push(b'\n');
             tokio::task::spawn_blocking(move || {
                 let mut f = files[idx].lock().unwrap_or_else(|e| e.into_inner());
                 f.write_line(&line)

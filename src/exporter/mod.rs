@@ -40,6 +40,10 @@ pub enum ExportError {
     /// A local I/O failure (file exporter).
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+    /// Bytes that passed the wire check on arrival did not decode for an exporter that
+    /// needs the decoded form (a disagreement between the check and prost; not expected).
+    #[error("cannot decode batch: {0}")]
+    Decode(#[from] prost::DecodeError),
 }
 
 impl ExportError {
@@ -49,6 +53,7 @@ impl ExportError {
             ExportError::Permanent(_) => "permanent_error",
             ExportError::RetriesExhausted { .. } => "retries_exhausted",
             ExportError::Io(_) => "io_error",
+            ExportError::Decode(_) => "decode_error",
         }
     }
 }

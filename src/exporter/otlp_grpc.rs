@@ -3,12 +3,11 @@
 use super::retry::{with_retry, Attempt};
 use super::{BoxFuture, ExportError, Exporter};
 use crate::config::OtlpExporterConfig;
+use crate::otlp::codec::BytesCodec;
 use crate::rpc;
-use crate::signal::Payload;
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
-use opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_client::ProfilesServiceClient;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use crate::signal::{Payload, Signal};
+use bytes::Bytes;
+use http::uri::PathAndQuery;
 use prost::Message;
 use std::time::Duration;
 use tonic::codec::CompressionEncoding;
@@ -41,40 +40,17 @@ impl OtlpGrpcExporter {
         Ok(OtlpGrpcExporter { name, channel, config: config.clone(), metadata })
     }
 
-    async fn attempt(&self, payload: &Payload) -> Attempt {
-        let gzip = self.config.compression == "gzip";
-        let result = match payload {
-            Payload::Traces(r) => {
-                let mut c = TraceServiceClient::new(self.channel.clone()).max_decoding_message_size(64 << 20);
-                if gzip {
-                    c = c.send_compressed(CompressionEncoding::Gzip);
-                }
-                c.export(self.request(r.clone())).await.map(|_| ())
-            }
-            Payload::Metrics(r) => {
-                let mut c = MetricsServiceClient::new(self.channel.clone());
-                if gzip {
-                    c = c.send_compressed(CompressionEncoding::Gzip);
-                }
-                c.export(self.request(r.clone())).await.map(|_| ())
-            }
-            Payload::Logs(r) => {
-                let mut c = LogsServiceClient::new(self.channel.clone());
-                if gzip {
-                    c = c.send_compressed(CompressionEncoding::Gzip);
-                }
-                c.export(self.request(r.clone())).await.map(|_| ())
-            }
-            Payload::Profiles(r) => {
-                let mut c = ProfilesServiceClient::new(self.channel.clone());
-                if gzip {
-                    c = c.send_compressed(CompressionEncoding::Gzip);
-                }
-                c.export(self.request(r.clone())).await.map(|_| ())
-            }
-        };
-        match result {
-            Ok(()) => Attempt::Done,
+    async fn attempt(&self, signal: Signal, body: &Bytes) -> Attempt {
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone()).max_decoding_message_size(64 << 20);
+        if self.config.compression == "gzip" {
+            grpc = grpc.send_compressed(CompressionEncoding::Gzip);
+        }
+        if let Err(e) = grpc.ready().await {
+            return Attempt::Retry { after: None, message: format!("channel not ready: {e}") };
+        }
+        let path = PathAndQuery::from_static(signal.grpc_path());
+        match grpc.unary(self.request(body.clone()), path, BytesCodec).await {
+            Ok(_) => Attempt::Done,
             Err(status) => classify_status(&status),
         }
     }
@@ -116,7 +92,10 @@ impl Exporter for OtlpGrpcExporter {
     }
     fn export<'a>(&'a self, payload: &'a Payload) -> BoxFuture<'a, Result<(), ExportError>> {
         Box::pin(async move {
-            let r = with_retry(&self.config.retry, || self.attempt(payload)).await;
+            // Encoded once, sent as bytes on every attempt (a batch of requests that
+            // arrived as protobuf is forwarded without being decoded or copied).
+            let body = payload.to_bytes();
+            let r = with_retry(&self.config.retry, || self.attempt(payload.signal(), &body)).await;
             metrics::counter!(crate::telemetry::names::EXPORTER_REQUESTS, "exporter" => self.name.clone(), "outcome" => if r.is_ok() { "sent" } else { "failed" }).increment(1);
             r
         })

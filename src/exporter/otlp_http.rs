@@ -63,15 +63,14 @@ impl Exporter for OtlpHttpExporter {
     fn export<'a>(&'a self, payload: &'a Payload) -> BoxFuture<'a, Result<(), ExportError>> {
         Box::pin(async move {
             let url = format!("{}{}", self.config.endpoint.trim_end_matches('/'), payload.signal().http_path());
-            let raw = payload.encode_to_vec();
+            let raw = payload.to_bytes();
             let body = if self.config.compression == "gzip" {
                 let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(raw.len() / 4), flate2::Compression::fast());
                 enc.write_all(&raw)?;
-                enc.finish()?
+                bytes::Bytes::from(enc.finish()?)
             } else {
                 raw
             };
-            let body = bytes::Bytes::from(body);
             let r = with_retry(&self.config.retry, || self.attempt(&url, &body)).await;
             metrics::counter!(crate::telemetry::names::EXPORTER_REQUESTS, "exporter" => self.name.clone(), "outcome" => if r.is_ok() { "sent" } else { "failed" }).increment(1);
             r

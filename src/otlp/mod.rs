@@ -1,5 +1,7 @@
 //! OTLP encodings beyond what prost gives: canonical OTLP/JSON.
 
+pub mod codec;
 pub mod json;
 pub mod profiles;
 pub mod synth;
+pub mod wire;

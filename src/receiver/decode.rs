@@ -2,7 +2,9 @@
 //! through this module, so OTLP/JSON plugs in here.
 
 use super::response::ApiError;
-use crate::signal::{Payload, Signal};
+use crate::otlp::wire;
+use crate::signal::{Encoded, Payload, Signal};
+use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
 use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
 use opentelemetry_proto::tonic::collector::profiles::v1development::{ExportProfilesServiceRequest, ExportProfilesServiceResponse};
@@ -45,16 +47,28 @@ impl Format {
     }
 }
 
-/// Decodes an export request body.
-pub fn decode(signal: Signal, format: Format, body: &[u8]) -> Result<Payload, ApiError> {
+/// Turns an export request body into a payload.
+pub fn decode(signal: Signal, format: Format, body: Bytes) -> Result<Payload, ApiError> {
     match format {
-        Format::Protobuf => decode_protobuf(signal, body),
-        Format::Json => crate::otlp::json::decode(signal, body)
+        Format::Protobuf => from_protobuf(signal, body),
+        Format::Json => crate::otlp::json::decode(signal, &body)
             .map_err(|e| ApiError::BadRequest(format!("invalid OTLP/JSON {} request: {e}", signal.as_str()))),
     }
 }
 
-/// Decodes a protobuf export request.
+/// A protobuf export request: traces, metrics and logs are checked and counted on the
+/// wire and travel as the bytes they came in ([`crate::otlp::wire`]); profiles are decoded.
+pub fn from_protobuf(signal: Signal, body: Bytes) -> Result<Payload, ApiError> {
+    if wire::covers(signal) {
+        return match wire::check(signal, &body) {
+            Ok(items) => Ok(Payload::Encoded(Encoded::single(signal, body, items))),
+            Err(e) => Err(ApiError::BadRequest(format!("cannot decode {} request as protobuf: {e}", signal.as_str()))),
+        };
+    }
+    decode_protobuf(signal, &body)
+}
+
+/// Decodes a protobuf export request with prost.
 pub fn decode_protobuf(signal: Signal, body: &[u8]) -> Result<Payload, ApiError> {
     let bad = |e: prost::DecodeError| ApiError::BadRequest(format!("cannot decode {} request as protobuf: {e}", signal.as_str()));
     Ok(match signal {

@@ -1,46 +1,53 @@
-//! OTLP/gRPC: the four Export services (tonic), as one axum router so both servers
-//! share the listener, TLS and middleware code.
+//! OTLP/gRPC: the four Export methods, served with tonic's gRPC framing (compression,
+//! message size, status trailers) inside one axum router, so both servers share the
+//! listener, TLS and middleware code.
+//!
+//! Requests are not decoded by tonic: the message bytes go to [`decode::from_protobuf`],
+//! which checks and counts traces, metrics and logs on the wire and keeps their bytes
+//! (profiles are decoded), exactly as the HTTP receiver does.
 
-use super::decode::QUOTA_MESSAGE;
+use super::decode::{self, Format, QUOTA_MESSAGE};
 use super::middleware::GrpcSettings;
 use super::response::ApiError;
 use super::{count_request, Ingest, Protocol, Tenant};
-use crate::signal::Payload;
+use crate::otlp::codec::BytesCodec;
+use crate::signal::Signal;
 use crate::telemetry::names;
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{LogsService, LogsServiceServer};
-use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse};
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{MetricsService, MetricsServiceServer};
-use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-};
-use opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_server::{ProfilesService, ProfilesServiceServer};
-use opentelemetry_proto::tonic::collector::profiles::v1development::{
-    ExportProfilesPartialSuccess, ExportProfilesServiceRequest, ExportProfilesServiceResponse,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse};
+use axum::body::Body;
+use bytes::Bytes;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Instant;
 use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status};
 
-/// Implements all four services over one [`Ingest`].
+/// One signal's Export method.
 #[derive(Clone)]
-pub struct OtlpGrpc {
+struct Export {
     ingest: Ingest,
+    signal: Signal,
 }
 
-impl OtlpGrpc {
-    /// Returns how many items a tenant's item quota refused (0: all accepted).
-    fn handle<T>(&self, req: Request<T>, wrap: impl FnOnce(T) -> Payload) -> Result<i64, Status> {
+impl Export {
+    fn handle(&self, req: Request<Bytes>) -> Result<Response<Bytes>, Status> {
         let started = Instant::now();
         let tenant = req.extensions().get::<Tenant>().cloned();
-        let payload = wrap(req.into_inner());
-        let signal = payload.signal();
-        metrics::counter!(names::REQUEST_BYTES, "protocol" => "grpc", "signal" => signal.as_str()).increment(payload.encoded_len() as u64);
-        match self.ingest.accept_from(payload, Protocol::Grpc, tenant.as_ref()) {
+        let signal = self.signal;
+        let body = req.into_inner();
+        metrics::counter!(names::REQUEST_BYTES, "protocol" => "grpc", "signal" => signal.as_str()).increment(body.len() as u64);
+        let result =
+            decode::from_protobuf(signal, body).and_then(|payload| self.ingest.accept_from(payload, Protocol::Grpc, tenant.as_ref()));
+        match result {
             Ok(rejected) => {
                 count_request(Protocol::Grpc, signal.as_str(), "accepted", tenant.as_ref(), started.elapsed());
-                Ok(rejected as i64)
+                // A full success is the empty message: zero bytes.
+                let body = if rejected > 0 {
+                    Bytes::from(decode::encode_partial(signal, Format::Protobuf, rejected, QUOTA_MESSAGE))
+                } else {
+                    Bytes::new()
+                };
+                Ok(Response::new(body))
             }
             Err(e) => {
                 metrics::counter!(names::REQUESTS_REJECTED, "protocol" => "grpc", "signal" => signal.as_str(), "reason" => e.reason())
@@ -52,64 +59,36 @@ impl OtlpGrpc {
     }
 }
 
-#[tonic::async_trait]
-impl TraceService for OtlpGrpc {
-    async fn export(&self, req: Request<ExportTraceServiceRequest>) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        let n = self.handle(req, Payload::Traces)?;
-        let partial_success = (n > 0).then(|| ExportTracePartialSuccess { rejected_spans: n, error_message: QUOTA_MESSAGE.into() });
-        Ok(Response::new(ExportTraceServiceResponse { partial_success }))
+impl tonic::server::UnaryService<Bytes> for Export {
+    type Response = Bytes;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Bytes>, Status>> + Send>>;
+
+    fn call(&mut self, req: Request<Bytes>) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move { this.handle(req) })
     }
 }
 
-#[tonic::async_trait]
-impl MetricsService for OtlpGrpc {
-    async fn export(&self, req: Request<ExportMetricsServiceRequest>) -> Result<Response<ExportMetricsServiceResponse>, Status> {
-        let n = self.handle(req, Payload::Metrics)?;
-        let partial_success = (n > 0).then(|| ExportMetricsPartialSuccess { rejected_data_points: n, error_message: QUOTA_MESSAGE.into() });
-        Ok(Response::new(ExportMetricsServiceResponse { partial_success }))
-    }
-}
-
-#[tonic::async_trait]
-impl LogsService for OtlpGrpc {
-    async fn export(&self, req: Request<ExportLogsServiceRequest>) -> Result<Response<ExportLogsServiceResponse>, Status> {
-        let n = self.handle(req, Payload::Logs)?;
-        let partial_success = (n > 0).then(|| ExportLogsPartialSuccess { rejected_log_records: n, error_message: QUOTA_MESSAGE.into() });
-        Ok(Response::new(ExportLogsServiceResponse { partial_success }))
-    }
-}
-
-#[tonic::async_trait]
-impl ProfilesService for OtlpGrpc {
-    async fn export(&self, req: Request<ExportProfilesServiceRequest>) -> Result<Response<ExportProfilesServiceResponse>, Status> {
-        let n = self.handle(req, Payload::Profiles)?;
-        let partial_success = (n > 0).then(|| ExportProfilesPartialSuccess { rejected_profiles: n, error_message: QUOTA_MESSAGE.into() });
-        Ok(Response::new(ExportProfilesServiceResponse { partial_success }))
-    }
-}
-
-/// The four services as an axum router (no middlewares yet).
+/// The four Export methods as an axum router (no middlewares yet).
 pub fn router(ingest: Ingest, settings: GrpcSettings) -> axum::Router {
-    let svc = OtlpGrpc { ingest };
-    let max = settings.max_message_bytes;
-    macro_rules! configure {
-        ($server:expr) => {{
-            let s = $server.max_decoding_message_size(max);
-            if settings.accept_compressed {
-                s.accept_compressed(CompressionEncoding::Gzip).accept_compressed(CompressionEncoding::Zstd)
-            } else {
-                s
+    let mut router = axum::Router::new();
+    for signal in Signal::ALL {
+        let export = Export { ingest: ingest.clone(), signal };
+        let service = tower::service_fn(move |req: axum::http::Request<Body>| {
+            let export = export.clone();
+            async move {
+                let mut grpc = tonic::server::Grpc::new(BytesCodec).max_decoding_message_size(settings.max_message_bytes);
+                if settings.accept_compressed {
+                    grpc = grpc.accept_compressed(CompressionEncoding::Gzip).accept_compressed(CompressionEncoding::Zstd);
+                }
+                Ok::<_, Infallible>(grpc.unary(export, req).await)
             }
-        }};
+        });
+        router = router.route_service(signal.grpc_path(), service);
     }
-    let routes = tonic::service::Routes::new(configure!(TraceServiceServer::new(svc.clone())))
-        .add_service(configure!(MetricsServiceServer::new(svc.clone())))
-        .add_service(configure!(LogsServiceServer::new(svc.clone())))
-        .add_service(configure!(ProfilesServiceServer::new(svc)))
-        .prepare();
-    routes.into_axum_router().fallback(unknown_method)
+    router.fallback(unknown_method)
 }
 
-async fn unknown_method(req: axum::http::Request<axum::body::Body>) -> axum::response::Response {
+async fn unknown_method(req: axum::http::Request<Body>) -> axum::response::Response {
     ApiError::NotFound(req.uri().path().to_string()).into_grpc_http()
 }

@@ -88,6 +88,9 @@ pub fn tls_acceptor(name: &'static str, tls: &TlsConfig, alpn: &[&[u8]]) -> Resu
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
+/// Locally reset HTTP/2 streams one connection may cause before it is sent GOAWAY.
+const H2_MAX_LOCAL_RESETS: usize = 100_000;
+
 /// Binds `endpoint` and serves `app` until shut down.
 pub async fn serve(
     name: &'static str,
@@ -104,7 +107,16 @@ pub async fn serve(
     let limit = max_conns.map(|n| Arc::new(Semaphore::new(n)));
     let task = tokio::spawn(async move {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-        let builder = auto::Builder::new(TokioExecutor::new());
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // An early refusal (throttle, quota) answers before the request body has arrived
+        // and resets the rest of the stream; a client that was already sending keeps
+        // sending DATA on it, and h2 counts each such stream as a local error reset. At
+        // the default cap (1024 per connection, for its whole life) a client being
+        // throttled gets GOAWAY ENHANCE_YOUR_CALM and loses every stream in flight (seen
+        // with h2load; `scripts/bench-throughput.sh` refuses 6000 requests on 4
+        // connections to keep it honest). The cap stays, to bound reset floods, but high
+        // enough that refusals alone do not reach it soon.
+        builder.http2().max_local_error_reset_streams(H2_MAX_LOCAL_RESETS);
         loop {
             // With a cap, wait for a free slot before accepting: excess clients queue in
             // the kernel's backlog instead of costing memory here.

@@ -15,7 +15,13 @@ use opentelemetry_proto::tonic::trace::v1::{span, Span, Status};
 use std::fmt::Write;
 
 /// Encodes one export request as canonical OTLP/JSON.
+///
+/// An encoded payload is decoded first; callers that can report a decode failure
+/// should pass [`Payload::decoded`] (here a failure gives an empty request, `{}`).
 pub fn encode(payload: &Payload) -> String {
+    if let Payload::Encoded(_) = payload {
+        return payload.decoded().map_or_else(|_| String::from("{}"), |d| encode(&d));
+    }
     let mut out = String::with_capacity(payload.encoded_len() * 2 + 16);
     let mut o = Obj::new(&mut out);
     match payload {
@@ -59,6 +65,7 @@ pub fn encode(payload: &Payload) -> String {
             o.end();
         }),
         Payload::Profiles(r) => profiles(&mut o, r),
+        Payload::Encoded(_) => unreachable!("decoded above"),
     }
     o.end();
     out
