@@ -224,3 +224,67 @@ async fn cors_preflight_and_admin_endpoints() {
     assert!(text.contains("weir_pipeline_queue_bytes"), "{text}");
     w.app.shutdown().await;
 }
+
+/// Writes one HTTP/1.1 POST on `s` and reads the response: (status, Connection header,
+/// body), or `None` when the connection is gone.
+async fn exchange(s: &mut tokio::net::TcpStream, token: &str, body: &[u8]) -> Option<(u16, Option<String>, Vec<u8>)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let head = format!(
+        "POST /v1/traces HTTP/1.1\r\nhost: weir\r\ncontent-type: application/x-protobuf\r\nx-bk-token: {token}\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    // The body may be cut off by a refusal; what matters is whether a response follows.
+    let _ = s.write_all(head.as_bytes()).await;
+    let _ = s.write_all(body).await;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let status = head.split_whitespace().nth(1)?.parse().ok()?;
+            let header = |name: &str| head.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()));
+            let len: usize = header("content-length:")?.parse().ok()?;
+            while buf.len() < end + 4 + len {
+                let n = s.read(&mut chunk).await.ok()?;
+                if n == 0 {
+                    return None;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return Some((status, header("connection:"), buf[end + 4..end + 4 + len].to_vec()));
+        }
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[tokio::test]
+async fn http1_refusal_keeps_the_connection_for_modest_bodies() {
+    // A refusal answers before reading the body. Over HTTP/1.1 the unread bytes would
+    // force the connection closed (and the client might see a reset instead of the 429);
+    // weir reads a modest body away, without decoding it, and keeps the connection.
+    let extra = "  auth:\n    tenants:\n      slow: {rate: {requests_per_second: 0.001, burst: 1}}\n      fast: {}\n";
+    let w = start_yaml(&base_yaml(std::path::Path::new("{dir}"), extra)).await;
+    let addr = w.app.http_addr.unwrap();
+    let valid = traces("keep", 2, 1).encode_to_vec();
+    let junk = vec![7u8; 300_000]; // refused before anyone looks at it
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    assert_eq!(exchange(&mut s, "slow", &valid).await.map(|r| r.0), Some(200), "the burst allows one");
+    for i in 0..5 {
+        let (status, connection, body) = exchange(&mut s, "slow", &junk).await.unwrap_or_else(|| panic!("refusal {i}: connection lost"));
+        assert_eq!(status, 429, "refusal {i}");
+        assert_eq!(connection, None, "refusal {i} keeps the connection");
+        assert!(String::from_utf8_lossy(&body).contains("quota"), "the Status body names the reason");
+    }
+    assert_eq!(exchange(&mut s, "fast", &valid).await.map(|r| r.0), Some(200), "same connection, next request served");
+
+    // Over the limit: answered at once with Connection: close, body never read.
+    let huge = vec![7u8; (weir::receiver::middleware::drain::MAX_BYTES + 1) as usize];
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (status, connection, _) = exchange(&mut s, "slow", &huge).await.expect("a status, not a reset");
+    assert_eq!((status, connection.as_deref()), (429, Some("close")));
+    w.app.shutdown().await;
+}

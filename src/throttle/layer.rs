@@ -1,7 +1,8 @@
 //! Tower glue shared by HTTP and gRPC: `ThrottleLayer` wraps a service in `Throttle<S>`,
 //! which classifies the request path, asks the manager, and either calls the inner
-//! service or answers at once, without touching the body (so nothing is read,
-//! decompressed or decoded for a refused request). HTTP answers 429 (shed) or 503 (open)
+//! service or answers at once, without decompressing or decoding the body (over HTTP/2
+//! nothing of it is read; over HTTP/1.1 a modest one is read away unparsed so the
+//! connection survives, see `receiver::middleware::drain`). HTTP answers 429 (shed) or 503 (open)
 //! with Retry-After; gRPC answers RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo`.
 
 use super::classify::RouteRegistry;
@@ -9,7 +10,7 @@ use super::manager::{Decision, Reason, ThrottleManager};
 use super::metrics::REQUESTS;
 use super::{AdmissionClock, DoneGuard};
 use crate::admission::Layer as AdmissionLayer;
-use crate::receiver::middleware::ServerKind;
+use crate::receiver::middleware::{drain, ServerKind};
 use crate::receiver::response::ApiError;
 use crate::signal::Signal;
 use axum::body::Body;
@@ -81,20 +82,26 @@ impl ThrottleLayer {
         ThrottleLayer { manager, admission, routes, kind, counters: Counters::new(protocol) }
     }
 
-    fn refuse(
+    fn refuse<F>(
         &self,
-        req: &Request<Body>,
+        req: Request<Body>,
         signal: Option<Signal>,
         what: &str,
         retry_after: std::time::Duration,
         open: bool,
-    ) -> Response<Body> {
+    ) -> ResponseFuture<F> {
         let err = ApiError::Throttled {
             message: format!("{what} for {}; retry after {:.1}s", signal.map_or("request", Signal::as_str), retry_after.as_secs_f64()),
             retry_after,
             open,
         };
-        crate::receiver::middleware::reject_counted(self.kind, req, err)
+        let resp = crate::receiver::middleware::reject_counted(self.kind, &req, err);
+        // Nothing of the body is decompressed or decoded; over HTTP/1.1 a modest one is
+        // read away so the connection survives (see `middleware::drain`).
+        match drain::finish(req, resp) {
+            Ok(resp) => ResponseFuture::Rejected { resp: Some(resp) },
+            Err(fut) => ResponseFuture::Draining { fut },
+        }
     }
 }
 
@@ -144,8 +151,7 @@ where
                     Err(layer) => {
                         self.layer.counters.count_layer(signal, layer);
                         let what = format!("overloaded: refused by {}", layer.as_str());
-                        let resp = self.layer.refuse(&req, signal, &what, self.layer.manager.config().retry_after.min, false);
-                        ResponseFuture::Rejected { resp: Some(resp) }
+                        self.layer.refuse(req, signal, &what, self.layer.manager.config().retry_after.min, false)
                     }
                 }
             }
@@ -157,9 +163,7 @@ where
                 self.layer.counters.count(signal, reason);
                 let open = reason == Reason::Open;
                 let what = if open { "overloaded: admission is closed" } else { "overloaded: request shed" };
-                // The body is dropped unread.
-                let resp = self.layer.refuse(&req, signal, what, retry_after, open);
-                ResponseFuture::Rejected { resp: Some(resp) }
+                self.layer.refuse(req, signal, what, retry_after, open)
             }
         }
     }
@@ -184,6 +188,8 @@ pub mod future {
             Inner { #[pin] fut: F, guard: Option<crate::throttle::DoneGuard> },
             /// Refused.
             Rejected { resp: Option<Response<Body>> },
+            /// Refused, answered once the unread HTTP/1.1 body has been read away.
+            Draining { fut: crate::receiver::middleware::drain::Draining },
         }
     }
 
@@ -201,6 +207,7 @@ pub mod future {
                     Poll::Ready(out)
                 }
                 Proj::Rejected { resp } => Poll::Ready(Ok(resp.take().unwrap_or_default())),
+                Proj::Draining { fut } => fut.as_mut().poll(cx).map(Ok),
             }
         }
     }

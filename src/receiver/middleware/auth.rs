@@ -86,7 +86,8 @@ pub(super) async fn auth(State((kind, state)): State<(ServerKind, AuthLayerState
                     retry_after: wait,
                     open: false,
                 };
-                return reject(kind, &req, err, started);
+                let resp = reject(kind, &req, err, started);
+                return super::drain::finish_async(req, resp).await;
             }
             req.extensions_mut().insert(Tenant(t));
             next.run(req).await
@@ -97,7 +98,8 @@ pub(super) async fn auth(State((kind, state)): State<(ServerKind, AuthLayerState
             } else {
                 "missing token: send Authorization: Bearer <token> or X-BK-TOKEN"
             };
-            reject(kind, &req, ApiError::Unauthenticated(msg.into()), started)
+            let resp = reject(kind, &req, ApiError::Unauthenticated(msg.into()), started);
+            super::drain::finish_async(req, resp).await
         }
     }
 }

@@ -9,6 +9,7 @@
 mod auth;
 mod cors;
 mod decompress;
+pub mod drain;
 mod grpc_status;
 mod logging;
 mod maxbytes;

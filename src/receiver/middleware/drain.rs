@@ -1,0 +1,79 @@
+//! What happens to the body of a request refused before it was read.
+//!
+//! HTTP/2 resets the rest of the stream and the connection carries on. HTTP/1.1 cannot:
+//! unread body bytes sit in front of the next request, so hyper closes the connection,
+//! and the kernel answers bytes still arriving with a reset, which often reaches the
+//! client before it has read the 429/503 (the client then sees a broken connection, no
+//! status, no Retry-After, and pays for a new connection). So a refused HTTP/1.x request
+//! with a declared, modest length is read to its end and discarded, never decompressed
+//! or decoded, before the answer goes out on a connection that stays open. Anything
+//! larger, of unknown length or slower than [`MAX_TIME`] is answered with
+//! `Connection: close` instead.
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, Request, Response, Version};
+use http_body_util::BodyExt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// The largest refused body read to keep its connection.
+pub const MAX_BYTES: u64 = 1 << 20;
+/// How long reading a refused body may take.
+pub const MAX_TIME: Duration = Duration::from_millis(200);
+
+/// A refusal answer that must first read the request body away.
+pub type Draining = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+
+/// The refusal as it should go out: at once (HTTP/2, or HTTP/1.x that cannot be kept), or
+/// after the body has been read away.
+pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<Body>, Draining> {
+    if req.version() > Version::HTTP_11 {
+        return Ok(resp);
+    }
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    match declared {
+        Some(0) => Ok(resp),
+        Some(n) if n <= MAX_BYTES => Err(Box::pin(async move {
+            if !read_away(req.into_body()).await {
+                close(&mut resp);
+            }
+            resp
+        })),
+        _ => {
+            close(&mut resp);
+            Ok(resp)
+        }
+    }
+}
+
+/// [`finish`], awaited.
+pub async fn finish_async(req: Request<Body>, resp: Response<Body>) -> Response<Body> {
+    match finish(req, resp) {
+        Ok(resp) => resp,
+        Err(draining) => draining.await,
+    }
+}
+
+fn close(resp: &mut Response<Body>) {
+    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+}
+
+/// Reads and drops the body; `false` when it was too long, too slow or broken.
+async fn read_away(body: Body) -> bool {
+    let read = async {
+        let mut body = body;
+        let mut seen = 0u64;
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { return false };
+            if let Some(data) = frame.data_ref() {
+                seen += data.len() as u64;
+                if seen > MAX_BYTES {
+                    return false;
+                }
+            }
+        }
+        true
+    };
+    tokio::time::timeout(MAX_TIME, read).await.unwrap_or(false)
+}
