@@ -14,9 +14,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PHASE=${PHASE:-40s}
-C_LOW=${C_LOW:-4}
-C_HIGH=${C_HIGH:-64}
-EXTRA=${EXTRA:-}
+# c=2: the largest load this 1-CPU weir takes without refusing in the burst phase (c=3
+# already fills its queue). c=512: throttle off is OOM-killed over and over.
+C_LOW=${C_LOW:-2}
+C_HIGH=${C_HIGH:-512}
+# Clients as OTLP exporters behave: a refused request waits for Retry-After (jittered).
+# EXTRA="" gives the seed's loop, which retries a refusal at once.
+EXTRA=${EXTRA--respect-retry-after}
 OUT=${OUT:-bench/results/$(date +%Y-%m-%d)}
 CPUS=${CPUS:-1}
 MEM=${MEM:-314572800}
@@ -108,9 +112,11 @@ for s in $SCENARIOS; do
 done
 [ "$SCENARIOS" = "A B C D" ] || exit 0
 
-python3 - "$OUT" "$PHASE" "$C_LOW" "$C_HIGH" "$CPUS" "$MEM" <<'PY'
+python3 - "$OUT" "$PHASE" "$C_LOW" "$C_HIGH" "$CPUS" "$MEM" "$EXTRA" "$(git rev-parse --short HEAD)" <<'PY'
 import json, sys, os
-out, phase, c_low, c_high, cpus, mem = sys.argv[1:7]
+out, phase, c_low, c_high, cpus, mem, extra, commit = sys.argv[1:9]
+client = ("each worker waits for Retry-After / RetryInfo (jittered: up to half again as long) after a refusal, as OTLP exporters do"
+          if "respect-retry-after" in extra else "the seed's closed loop: a refused request is retried at once")
 rows = []
 for name, desc in [("A", "throttle off, moderate"), ("B", "throttle off, overload"), ("C", "throttle on, moderate"), ("D", "throttle on, overload")]:
     d = json.load(open(os.path.join(out, f"{name}.json")))
@@ -130,7 +136,7 @@ for name, desc in [("A", "throttle off, moderate"), ("B", "throttle off, overloa
                      rejected_spans=rejected_spans, lost=total("transport_errors") + total("other"), accepted_sps=accepted / dur, p99=p99,
                      cpu_peak=cpu_peak, mem_peak=int(cg["peak_mem_bytes"]) / 1048576, mem_level=mem_peak_level, oom=cg["oom_kills"], restarts=cg["restarts"], phases=ph))
 lines = [f"# weir A/B/C/D benchmark", "",
-         f"weir in a real cgroup with {cpus} CPU and {int(mem)//1048576} MiB, exporting over OTLP/gRPC to a sink weir; loadgen (closed loop, JSON bodies as the seed) "
+         f"weir ({commit}) in a real cgroup with {cpus} CPU and {int(mem)//1048576} MiB, exporting over OTLP/gRPC to a sink weir; loadgen (closed loop, JSON bodies as the seed; {client}; flags `{extra}`) "
          f"with three phases of {phase} (warmup c/5 × 128 spans × 128 B, burst c × 512 × 1 KiB, bigpayload c × 128 × 4 KiB). Moderate c={c_low}, overload c={c_high}.", "",
          "| scenario | c | peak QPM | 200s | rejected (429+503) | rejected spans | lost (errors, timeouts) | accepted spans/s | P99 of 200s (worst phase) | CPU peak (cores) | memory peak | OOM kills | restarts |",
          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

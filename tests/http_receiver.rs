@@ -288,3 +288,38 @@ async fn http1_refusal_keeps_the_connection_for_modest_bodies() {
     assert_eq!((status, connection.as_deref()), (429, Some("close")));
     w.app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_full_inflight_cap_queues_for_max_inflight_wait() {
+    use tokio::io::AsyncWriteExt;
+    // Cap of one request (0.5 per core, two cores assumed); one request is held in flight
+    // by sending its body slowly (admission happens at the headers).
+    let extra = "  throttle:\n    enabled: true\n    signal: {fallback_cores: 2}\n    max_inflight_per_core: 0.5\n    max_inflight_wait: 3s\n    slow_start: {enabled: false}\n";
+    let yaml = base_yaml(std::path::Path::new("{dir}"), extra).replacen(
+        r#"middlewares: ["logging", "content_decompressor"]"#,
+        r#"middlewares: ["logging", "content_decompressor", "throttle"]"#,
+        1,
+    );
+    let w = start_yaml(&yaml).await;
+    let body = traces("held", 3, 1).encode_to_vec();
+    let mut held = tokio::net::TcpStream::connect(w.app.http_addr.unwrap()).await.unwrap();
+    let head = format!("POST /v1/traces HTTP/1.1\r\nhost: weir\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n", body.len());
+    held.write_all(head.as_bytes()).await.unwrap();
+    held.write_all(&body[..1]).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+    // A second request waits for the held one's slot instead of being refused.
+    let url = format!("{}/v1/traces", w.http());
+    let second = tokio::spawn(post_owned(url.clone(), traces("second", 2, 1).encode_to_vec()));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!second.is_finished(), "the second request is waiting, not refused");
+    held.write_all(&body[1..]).await.unwrap();
+    let status = tokio::time::timeout(std::time::Duration::from_secs(5), second).await.expect("admitted once the slot is free").unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(wait_items(&w.data_dir(), "traces", 5).await.len(), 5, "both requests' spans exported");
+    w.app.shutdown().await;
+}
+
+async fn post_owned(url: String, body: Vec<u8>) -> u16 {
+    client().post(url).header("content-type", "application/x-protobuf").body(body).send().await.unwrap().status().as_u16()
+}

@@ -50,8 +50,9 @@ pub const USAGE: &str = "usage: loadgen [flags]   (single or double dash; `-flag
   -http2                 HTTP/2 without TLS (h2c prior knowledge) instead of HTTP/1.1: a refused
                          request ends its stream, not the connection
   -respect-retry-after   closed loop: after a 429/503 with Retry-After (or RESOURCE_EXHAUSTED /
-                         UNAVAILABLE with RetryInfo) the worker waits that long, as OTLP SDK
-                         exporters do (default off: the seed's loop retries at once)";
+                         UNAVAILABLE with RetryInfo) the worker waits that long, plus up to
+                         half again (jitter), as OTLP SDK exporters do (default off: the
+                         seed's loop retries at once)";
 
 fn duration(s: &str) -> Result<Duration> {
     let s = s.trim();

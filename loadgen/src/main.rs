@@ -149,6 +149,14 @@ async fn client(a: &Args) -> Result<Client> {
     }
 }
 
+/// A fraction in [0, 1) from a counter (splitmix64): deterministic, no shared state.
+fn jitter(i: usize) -> f64 {
+    let mut z = (i as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+}
+
 async fn run_phase(a: Arc<Args>, p: &Phase, stop: Arc<AtomicBool>, run_start: Instant) -> Result<(PhaseResult, Vec<Second>)> {
     let bodies = Arc::new(bodies(&a, p)?);
     let client = client(&a).await?;
@@ -196,6 +204,10 @@ async fn run_phase(a: Arc<Args>, p: &Phase, stop: Arc<AtomicBool>, run_start: In
                     stats.record(run_start.elapsed().as_secs(), outcome, t0.elapsed());
                     i += 1;
                     if let (true, Some(d)) = (a.respect_retry_after, retry) {
+                        // Up to half again as long, as exporters jitter their retries: a
+                        // whole-second Retry-After honoured to the millisecond by every
+                        // worker would bring them all back at once.
+                        let d = d.mul_f64(1.0 + 0.5 * jitter(i));
                         let wake = (Instant::now() + d).min(deadline);
                         tokio::time::sleep_until(wake.into()).await;
                     }

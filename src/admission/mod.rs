@@ -170,6 +170,11 @@ impl Admission {
         self.cfg.store(std::sync::Arc::new(cfg.clone()));
     }
 
+    /// How long a request may wait for an in-flight slot (`max_inflight_wait`).
+    pub fn inflight_wait(&self) -> std::time::Duration {
+        self.cfg.load().max_inflight_wait
+    }
+
     /// Requests admitted and not yet done.
     pub fn inflight(&self) -> i64 {
         self.inflight.load(Ordering::Relaxed)

@@ -29,6 +29,11 @@ pub struct ThrottleConfig {
     /// In-flight hard cap per effective core (0 = off). The only layer that may refuse
     /// while every water level is below its exit line.
     pub max_inflight_per_core: f64,
+    /// How long a request that finds the in-flight cap full may wait for a slot before it
+    /// is refused (0 = refuse at once). Absorbs arrivals in waves, e.g. clients that all
+    /// honoured the same whole-second Retry-After, without letting the core idle.
+    #[serde(with = "humantime_serde")]
+    pub max_inflight_wait: Duration,
     /// Slow start.
     pub slow_start: super::admission::SlowStartConfig,
     /// Burst damping.
@@ -180,6 +185,7 @@ impl Default for ThrottleConfig {
             retry_after: RetryAfterConfig::default(),
             cgroup_root: PathBuf::from("/"),
             max_inflight_per_core: 0.0,
+            max_inflight_wait: Duration::ZERO,
             slow_start: Default::default(),
             burst_damping: Default::default(),
             bbr: Default::default(),
@@ -298,6 +304,9 @@ impl ThrottleConfig {
         match self.retry_after.mode.as_str() {
             "derived" | "random" => {}
             other => return Err(ConfigError::invalid(key("retry_after.mode"), format!("`{other}`: must be `derived` or `random`"))),
+        }
+        if self.max_inflight_wait > Duration::from_secs(10) {
+            return Err(ConfigError::invalid(key("max_inflight_wait"), "must be at most 10s (a wait is time the client sees)"));
         }
         super::admission::validate(prefix, &self.slow_start, &self.burst_damping, &self.bbr, &self.knee, self.max_inflight_per_core)?;
         let cs = &self.connection_signal;

@@ -51,9 +51,25 @@ impl Format {
 pub fn decode(signal: Signal, format: Format, body: Bytes) -> Result<Payload, ApiError> {
     match format {
         Format::Protobuf => from_protobuf(signal, body),
-        Format::Json => crate::otlp::json::decode(signal, &body)
-            .map_err(|e| ApiError::BadRequest(format!("invalid OTLP/JSON {} request: {e}", signal.as_str()))),
+        Format::Json => {
+            let payload = crate::otlp::json::decode(signal, &body)
+                .map_err(|e| ApiError::BadRequest(format!("invalid OTLP/JSON {} request: {e}", signal.as_str())))?;
+            Ok(compact(payload))
+        }
     }
+}
+
+/// A decoded trace, metric or log request re-encoded as protobuf: in the pipeline it then
+/// takes the bytes the byte budget counts (decoded structs take about three times that),
+/// batches by concatenation and is exported without another encode. Profiles stay
+/// decoded (see [`wire::covers`]).
+pub fn compact(payload: Payload) -> Payload {
+    let signal = payload.signal();
+    if !wire::covers(signal) || matches!(payload, Payload::Encoded(_)) {
+        return payload;
+    }
+    let items = payload.item_count();
+    Payload::Encoded(Encoded::single(signal, Bytes::from(payload.encode_to_vec()), items))
 }
 
 /// A protobuf export request: traces, metrics and logs are checked and counted on the

@@ -82,14 +82,29 @@ impl ThrottleLayer {
         ThrottleLayer { manager, admission, routes, kind, counters: Counters::new(protocol) }
     }
 
-    fn refuse<F>(
+    fn refuse<F, E>(
         &self,
         req: Request<Body>,
         signal: Option<Signal>,
         what: &str,
         retry_after: std::time::Duration,
         open: bool,
-    ) -> ResponseFuture<F> {
+    ) -> ResponseFuture<F, E> {
+        match self.refusal(req, signal, what, retry_after, open) {
+            Ok(resp) => ResponseFuture::Rejected { resp: Some(resp) },
+            Err(fut) => ResponseFuture::Draining { fut },
+        }
+    }
+
+    /// The refusal answer, ready or (HTTP/1.1 body to read away first) pending.
+    fn refusal(
+        &self,
+        req: Request<Body>,
+        signal: Option<Signal>,
+        what: &str,
+        retry_after: std::time::Duration,
+        open: bool,
+    ) -> Result<Response<Body>, drain::Draining> {
         let err = ApiError::Throttled {
             message: format!("{what} for {}; retry after {:.1}s", signal.map_or("request", Signal::as_str), retry_after.as_secs_f64()),
             retry_after,
@@ -98,10 +113,7 @@ impl ThrottleLayer {
         let resp = crate::receiver::middleware::reject_counted(self.kind, &req, err);
         // Nothing of the body is decompressed or decoded; over HTTP/1.1 a modest one is
         // read away so the connection survives (see `middleware::drain`).
-        match drain::finish(req, resp) {
-            Ok(resp) => ResponseFuture::Rejected { resp: Some(resp) },
-            Err(fut) => ResponseFuture::Draining { fut },
-        }
+        drain::finish(req, resp)
     }
 }
 
@@ -121,11 +133,13 @@ pub struct Throttle<S> {
 
 impl<S> Service<Request<Body>> for Throttle<S>
 where
-    S: Service<Request<Body>, Response = Response<Body>>,
+    S: Service<Request<Body>, Response = Response<Body>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
 {
     type Response = Response<Body>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ResponseFuture<S::Future, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -148,6 +162,10 @@ where
                         let guard = DoneGuard::new(Arc::clone(adm), ticket, Arc::clone(&self.layer.manager));
                         ResponseFuture::Inner { fut: self.inner.call(req), guard: Some(guard) }
                     }
+                    Err(AdmissionLayer::InflightCap) if !adm.inner.inflight_wait().is_zero() => {
+                        let wait = adm.inner.inflight_wait();
+                        ResponseFuture::Queued { fut: Box::pin(queued(self.inner.clone(), self.layer.clone(), req, signal, reason, wait)) }
+                    }
                     Err(layer) => {
                         self.layer.counters.count_layer(signal, layer);
                         let what = format!("overloaded: refused by {}", layer.as_str());
@@ -169,6 +187,49 @@ where
     }
 }
 
+/// A request that found the in-flight cap full: waits (up to `wait`) for a finished
+/// request's slot, then goes through the admission layers again like a new arrival.
+async fn queued<S>(
+    mut inner: S,
+    layer: ThrottleLayer,
+    req: Request<Body>,
+    signal: Option<Signal>,
+    reason: Reason,
+    wait: std::time::Duration,
+) -> Result<Response<Body>, S::Error>
+where
+    S: Service<Request<Body>, Response = Response<Body>>,
+{
+    let adm = Arc::clone(&layer.admission);
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        // Registered before the check, so a slot freed in between is not missed.
+        let freed = adm.freed.notified();
+        tokio::pin!(freed);
+        freed.as_mut().enable();
+        match adm.inner.admit(adm.now(), layer.manager.pressure()) {
+            Ok(ticket) => {
+                layer.counters.count(signal, reason);
+                let guard = DoneGuard::new(Arc::clone(&adm), ticket, Arc::clone(&layer.manager));
+                std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+                let resp = inner.call(req).await;
+                drop(guard);
+                return resp;
+            }
+            Err(AdmissionLayer::InflightCap) if tokio::time::timeout_at(deadline, freed).await.is_ok() => continue,
+            Err(refused_by) => {
+                layer.counters.count_layer(signal, refused_by);
+                let what = format!("overloaded: refused by {}", refused_by.as_str());
+                let retry_after = layer.manager.config().retry_after.min;
+                return Ok(match layer.refusal(req, signal, &what, retry_after, false) {
+                    Ok(resp) => resp,
+                    Err(draining) => draining.await,
+                });
+            }
+        }
+    }
+}
+
 /// `future::ResponseFuture`: kept in its own module because `pin_project!` cannot carry
 /// field docs.
 pub mod future {
@@ -180,20 +241,25 @@ pub mod future {
     use std::pin::Pin;
     use std::task::{Context, Poll};
 
+    /// A boxed response future.
+    pub type Boxed<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
+
     pin_project! {
         /// The inner service's future, or a ready refusal.
         #[project = Proj]
-        pub enum ResponseFuture<F> {
+        pub enum ResponseFuture<F, E> {
             /// Admitted.
             Inner { #[pin] fut: F, guard: Option<crate::throttle::DoneGuard> },
             /// Refused.
             Rejected { resp: Option<Response<Body>> },
             /// Refused, answered once the unread HTTP/1.1 body has been read away.
             Draining { fut: crate::receiver::middleware::drain::Draining },
+            /// Waiting for an in-flight slot.
+            Queued { fut: Boxed<E> },
         }
     }
 
-    impl<F, E> Future for ResponseFuture<F>
+    impl<F, E> Future for ResponseFuture<F, E>
     where
         F: Future<Output = Result<Response<Body>, E>>,
     {
@@ -208,6 +274,7 @@ pub mod future {
                 }
                 Proj::Rejected { resp } => Poll::Ready(Ok(resp.take().unwrap_or_default())),
                 Proj::Draining { fut } => fut.as_mut().poll(cx).map(Ok),
+                Proj::Queued { fut } => fut.as_mut().poll(cx),
             }
         }
     }

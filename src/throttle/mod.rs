@@ -147,12 +147,14 @@ pub struct AdmissionClock {
     pub origin: std::time::Instant,
     /// False when the throttle is disabled (then the layers are skipped).
     pub enabled: bool,
+    /// Woken once per finished request, for requests waiting on the in-flight cap.
+    pub freed: tokio::sync::Notify,
 }
 
 impl AdmissionClock {
     /// Wraps layers with a clock starting now.
     pub fn new(inner: Admission, enabled: bool) -> Self {
-        AdmissionClock { inner, origin: std::time::Instant::now(), enabled }
+        AdmissionClock { inner, origin: std::time::Instant::now(), enabled, freed: tokio::sync::Notify::new() }
     }
 
     /// Nanoseconds since `origin`.
@@ -180,5 +182,7 @@ impl Drop for DoneGuard {
     fn drop(&mut self) {
         let cpu = self.manager.snapshot_level_cpu();
         self.admission.inner.done(self.ticket, self.admission.now(), cpu);
+        // One slot freed: one waiter (if any) tries again.
+        self.admission.freed.notify_one();
     }
 }

@@ -7,20 +7,42 @@
 //! status, no Retry-After, and pays for a new connection). So a refused HTTP/1.x request
 //! with a declared, modest length is read to its end and discarded, never decompressed
 //! or decoded, before the answer goes out on a connection that stays open. Anything
-//! larger, of unknown length or slower than [`MAX_TIME`] is answered with
-//! `Connection: close` instead.
+//! larger, of unknown length, slower than [`MAX_TIME`] or beyond [`MAX_CONCURRENT`]
+//! bodies being read already is answered with `Connection: close` instead.
 
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Request, Response, Version};
 use http_body_util::BodyExt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// The largest refused body read to keep its connection.
 pub const MAX_BYTES: u64 = 1 << 20;
 /// How long reading a refused body may take.
 pub const MAX_TIME: Duration = Duration::from_millis(200);
+/// Refused bodies read at the same time, process-wide. Under a flood of refusals (the
+/// very moment weir is short of CPU and memory) reading every body would cost both, so
+/// past this many the rest are answered with `Connection: close` at once.
+pub const MAX_CONCURRENT: usize = 8;
+
+static DRAINING: AtomicUsize = AtomicUsize::new(0);
+
+/// One of the [`MAX_CONCURRENT`] drain slots, released on drop.
+struct Slot;
+
+impl Slot {
+    fn take() -> Option<Slot> {
+        DRAINING.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < MAX_CONCURRENT).then_some(n + 1)).ok().map(|_| Slot)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        DRAINING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// A refusal answer that must first read the request body away.
 pub type Draining = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
@@ -32,15 +54,20 @@ pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<B
         return Ok(resp);
     }
     let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    match declared {
-        Some(0) => Ok(resp),
-        Some(n) if n <= MAX_BYTES => Err(Box::pin(async move {
+    let slot = match declared {
+        Some(0) => return Ok(resp),
+        Some(n) if n <= MAX_BYTES => Slot::take(),
+        _ => None,
+    };
+    match slot {
+        Some(slot) => Err(Box::pin(async move {
             if !read_away(req.into_body()).await {
                 close(&mut resp);
             }
+            drop(slot);
             resp
         })),
-        _ => {
+        None => {
             close(&mut resp);
             Ok(resp)
         }
