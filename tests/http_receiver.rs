@@ -303,7 +303,8 @@ async fn a_full_inflight_cap_queues_for_max_inflight_wait() {
     let w = start_yaml(&yaml).await;
     let body = traces("held", 3, 1).encode_to_vec();
     let mut held = tokio::net::TcpStream::connect(w.app.http_addr.unwrap()).await.unwrap();
-    let head = format!("POST /v1/traces HTTP/1.1\r\nhost: weir\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n", body.len());
+    let head =
+        format!("POST /v1/traces HTTP/1.1\r\nhost: weir\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n", body.len());
     held.write_all(head.as_bytes()).await.unwrap();
     held.write_all(&body[..1]).await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;

@@ -82,20 +82,6 @@ impl ThrottleLayer {
         ThrottleLayer { manager, admission, routes, kind, counters: Counters::new(protocol) }
     }
 
-    fn refuse<F, E>(
-        &self,
-        req: Request<Body>,
-        signal: Option<Signal>,
-        what: &str,
-        retry_after: std::time::Duration,
-        open: bool,
-    ) -> ResponseFuture<F, E> {
-        match self.refusal(req, signal, what, retry_after, open) {
-            Ok(resp) => ResponseFuture::Rejected { resp: Some(resp) },
-            Err(fut) => ResponseFuture::Draining { fut },
-        }
-    }
-
     /// The refusal answer, ready or (HTTP/1.1 body to read away first) pending.
     fn refusal(
         &self,
@@ -169,7 +155,7 @@ where
                     Err(layer) => {
                         self.layer.counters.count_layer(signal, layer);
                         let what = format!("overloaded: refused by {}", layer.as_str());
-                        self.layer.refuse(req, signal, &what, self.layer.manager.config().retry_after.min, false)
+                        ResponseFuture::refused(self.layer.refusal(req, signal, &what, self.layer.manager.config().retry_after.min, false))
                     }
                 }
             }
@@ -181,7 +167,7 @@ where
                 self.layer.counters.count(signal, reason);
                 let open = reason == Reason::Open;
                 let what = if open { "overloaded: admission is closed" } else { "overloaded: request shed" };
-                self.layer.refuse(req, signal, what, retry_after, open)
+                ResponseFuture::refused(self.layer.refusal(req, signal, what, retry_after, open))
             }
         }
     }
@@ -256,6 +242,16 @@ pub mod future {
             Draining { fut: crate::receiver::middleware::drain::Draining },
             /// Waiting for an in-flight slot.
             Queued { fut: Boxed<E> },
+        }
+    }
+
+    impl<F, E> ResponseFuture<F, E> {
+        /// A refusal, ready or still reading an HTTP/1.1 body away.
+        pub(crate) fn refused(r: Result<Response<Body>, crate::receiver::middleware::drain::Draining>) -> Self {
+            match r {
+                Ok(resp) => ResponseFuture::Rejected { resp: Some(resp) },
+                Err(fut) => ResponseFuture::Draining { fut },
+            }
         }
     }
 
