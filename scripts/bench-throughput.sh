@@ -181,16 +181,16 @@ start_weir quota "  auth:
       ok: {}
       limited: {rate: {requests_per_second: 1, burst: 1}}
 $THROTTLE_IN_PATH"
-# The throttle needs a memory limit to read a memory level: a real cgroup (256 MiB) whose
+# The throttle needs a memory limit to read a memory level: a real cgroup (128 MiB) whose
 # lines sit well below what weir uses even at rest after jemalloc has purged (a few MiB,
-# over 0.015 of the limit; hard is 0.005), so the state is Open from the first sample.
+# about 0.017 of the limit; hard is 0.005), so the state is Open from the first sample.
 start_weir open "  throttle:
     enabled: true
     sample_interval: 50ms
     thresholds:
       cpu: {exit: 8.0, enter: 9.0, hard: 10.0, breach_n: 3}
       mem: {exit: 0.001, enter: 0.003, hard: 0.005, breach_n: 1}
-    slow_start: {enabled: false}" bash scripts/run-in-cgroup.sh weir-throughput-open 2 268435456 --
+    slow_start: {enabled: false}" bash scripts/run-in-cgroup.sh weir-throughput-open 2 134217728 --
 OPEN_CGROUP=weir-throughput-open
 sleep 0.5
 # At least 6000 refusals: h2load keeps sending DATA on streams weir has already answered,
