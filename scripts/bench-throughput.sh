@@ -22,6 +22,8 @@ OUT=${OUT:-bench/results/$(date -u +%F)/throughput.md}
 ALL_CELLS="grpc/512x10 grpc/512x10.gz h1/512x10 h1/512x10.gz h2c/512x10 h2c/512x10.gz grpc/512x2 h1/512x2 h2c/512x2 grpc/100x10 h1/100x10 h2c/100x10"
 CELLS=${CELLS:-$ALL_CELLS}
 CRITERION_ARGS=${CRITERION_ARGS:-}
+# Decided before anything is written (the report itself lives in the tree).
+DIRTY=$(git diff --quiet -- . ':!bench/results' || echo ' + uncommitted changes')
 CLK_TCK=$(getconf CLK_TCK)
 
 command -v h2load > /dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nghttp2-client; }
@@ -252,7 +254,7 @@ mkdir -p "$(dirname "$OUT")"
 {
   echo "# Throughput, $(date -u +%F)"
   echo
-  echo "\`bash scripts/bench-throughput.sh\` (RUNS=$RUNS, SPANS_PER_RUN=$SPANS_PER_RUN) at $(git rev-parse --short HEAD)$(git diff --quiet || echo ' + uncommitted changes')."
+  echo "\`bash scripts/bench-throughput.sh\` (RUNS=$RUNS, SPANS_PER_RUN=$SPANS_PER_RUN) at $(git rev-parse --short HEAD)$DIRTY."
   echo "weir (release, blackhole exporter, throttle on every request with its CPU lines out of reach and slow start off, so it decides but does not shed) pinned to CPU $SERVER_CORE; h2load pinned to CPU $LOAD_CORE."
   echo "Machine: $(nproc) CPUs, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)."
   echo
