@@ -1,4 +1,5 @@
-//! The four OTLP signals and the decoded payload that travels through the pipeline.
+//! The four OTLP signals and the payload that travels through the pipeline: decoded, or
+//! (protobuf traces, metrics, logs) the checked bytes it arrived in.
 
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
