@@ -158,7 +158,7 @@ impl Payload {
         let Payload::Encoded(e) = self else {
             return Ok(Cow::Borrowed(self));
         };
-        let buf = if e.chunks.len() == 1 { e.chunks[0].clone() } else { Bytes::from(e.to_vec()) };
+        let buf = self.to_bytes();
         Ok(Cow::Owned(match e.signal {
             Signal::Traces => Payload::Traces(ExportTraceServiceRequest::decode(buf)?),
             Signal::Metrics => Payload::Metrics(ExportMetricsServiceRequest::decode(buf)?),
@@ -286,11 +286,6 @@ impl Encoded {
         self.items += other.items;
         self.len += other.len;
         self.chunks.extend(other.chunks);
-    }
-
-    /// The parts, in order; their concatenation is the request.
-    pub fn chunks(&self) -> &[Bytes] {
-        &self.chunks
     }
 
     fn to_vec(&self) -> Vec<u8> {

@@ -79,10 +79,10 @@ pub fn decompress(encoding: Encoding, input: &[u8], limit: usize) -> Result<Vec<
         // `bufread` decoders read the slice in place (the `read` ones copy it through a
         // buffer first).
         Encoding::Gzip => read_bounded(flate2::bufread::MultiGzDecoder::new(input), gzip_size_hint(input), limit, encoding),
-        Encoding::Deflate => read_bounded(flate2::bufread::ZlibDecoder::new(input), input.len().saturating_mul(4), limit, encoding),
+        Encoding::Deflate => read_bounded(flate2::bufread::ZlibDecoder::new(input), size_guess(input), limit, encoding),
         Encoding::Zstd => {
             let decoder = zstd::stream::read::Decoder::new(input).map_err(|e| corrupt(e.to_string()))?;
-            read_bounded(decoder, input.len().saturating_mul(4), limit, encoding)
+            read_bounded(decoder, size_guess(input), limit, encoding)
         }
         Encoding::Snappy => {
             // The block format declares its length up front: refuse before allocating.
@@ -92,21 +92,26 @@ pub fn decompress(encoding: Encoding, input: &[u8], limit: usize) -> Result<Vec<
             }
             snap::raw::Decoder::new().decompress_vec(input).map_err(|e| corrupt(e.to_string()))
         }
-        Encoding::SnappyFramed => read_bounded(snap::read::FrameDecoder::new(input), input.len().saturating_mul(4), limit, encoding),
+        Encoding::SnappyFramed => read_bounded(snap::read::FrameDecoder::new(input), size_guess(input), limit, encoding),
     }
 }
 
 /// The size a gzip body says it inflates to (ISIZE, the last four bytes: exact for one
-/// member under 4 GiB), else a 4x guess. Only a capacity hint: the limit still rules.
+/// member under 4 GiB), else [`size_guess`]. Only a capacity hint: the limit still rules.
 fn gzip_size_hint(input: &[u8]) -> usize {
     match input.len().checked_sub(4).map(|at| &input[at..]) {
         Some(tail) if input.len() >= 18 => u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) as usize,
-        _ => input.len().saturating_mul(4),
+        _ => size_guess(input),
     }
 }
 
+/// Compressed OTLP is typically 4-10x smaller than what it inflates to.
+fn size_guess(input: &[u8]) -> usize {
+    input.len().saturating_mul(4)
+}
+
 fn read_bounded(reader: impl Read, size_hint: usize, limit: usize, encoding: Encoding) -> Result<Vec<u8>, DecompressError> {
-    // Start from the hint (compressed OTLP is typically 4-10x smaller) capped by the limit;
+    // Start from the hint, capped by the limit;
     // one spare byte so reading to the end needs no regrowth to see the end.
     let mut out = Vec::with_capacity(size_hint.saturating_add(1).min(limit.saturating_add(1)).min(16 << 20));
     let mut limited = reader.take(limit as u64 + 1);

@@ -82,6 +82,19 @@ impl ThrottleLayer {
         ThrottleLayer { manager, admission, routes, kind, counters: Counters::new(protocol) }
     }
 
+    /// Counts an admission and guards its slot until the response is ready.
+    fn admitted(&self, signal: Option<Signal>, reason: Reason, ticket: crate::admission::Ticket) -> DoneGuard {
+        self.counters.count(signal, reason);
+        DoneGuard::new(Arc::clone(&self.admission), ticket, Arc::clone(&self.manager))
+    }
+
+    /// Counts and answers a refusal by an admission layer.
+    fn refused_by(&self, req: Request<Body>, signal: Option<Signal>, layer: AdmissionLayer) -> Result<Response<Body>, drain::Draining> {
+        self.counters.count_layer(signal, layer);
+        let what = format!("overloaded: refused by {}", layer.as_str());
+        self.refusal(req, signal, &what, self.manager.config().retry_after.min, false)
+    }
+
     /// The refusal answer, ready or (HTTP/1.1 body to read away first) pending.
     fn refusal(
         &self,
@@ -144,19 +157,13 @@ where
                 let adm = &self.layer.admission;
                 match adm.inner.admit(adm.now(), self.layer.manager.pressure()) {
                     Ok(ticket) => {
-                        self.layer.counters.count(signal, reason);
-                        let guard = DoneGuard::new(Arc::clone(adm), ticket, Arc::clone(&self.layer.manager));
+                        let guard = self.layer.admitted(signal, reason, ticket);
                         ResponseFuture::Inner { fut: self.inner.call(req), guard: Some(guard) }
                     }
                     Err(AdmissionLayer::InflightCap) if !adm.inner.inflight_wait().is_zero() => {
-                        let wait = adm.inner.inflight_wait();
-                        ResponseFuture::Queued { fut: Box::pin(queued(self.inner.clone(), self.layer.clone(), req, signal, reason, wait)) }
+                        ResponseFuture::Queued { fut: Box::pin(queued(self.inner.clone(), self.layer.clone(), req, signal, reason)) }
                     }
-                    Err(layer) => {
-                        self.layer.counters.count_layer(signal, layer);
-                        let what = format!("overloaded: refused by {}", layer.as_str());
-                        ResponseFuture::refused(self.layer.refusal(req, signal, &what, self.layer.manager.config().retry_after.min, false))
-                    }
+                    Err(layer) => ResponseFuture::refused(self.layer.refused_by(req, signal, layer)),
                 }
             }
             Decision::Admit(reason) => {
@@ -173,21 +180,21 @@ where
     }
 }
 
-/// A request that found the in-flight cap full: waits (up to `wait`) for a finished
-/// request's slot, then goes through the admission layers again like a new arrival.
+/// A request that found the in-flight cap full: waits (up to `max_inflight_wait`) for a
+/// finished request's slot, then goes through the admission layers again like a new
+/// arrival.
 async fn queued<S>(
     mut inner: S,
     layer: ThrottleLayer,
     req: Request<Body>,
     signal: Option<Signal>,
     reason: Reason,
-    wait: std::time::Duration,
 ) -> Result<Response<Body>, S::Error>
 where
     S: Service<Request<Body>, Response = Response<Body>>,
 {
     let adm = Arc::clone(&layer.admission);
-    let deadline = tokio::time::Instant::now() + wait;
+    let deadline = tokio::time::Instant::now() + adm.inner.inflight_wait();
     loop {
         // Registered before the check, so a slot freed in between is not missed.
         let freed = adm.freed.notified();
@@ -195,8 +202,7 @@ where
         freed.as_mut().enable();
         match adm.inner.admit(adm.now(), layer.manager.pressure()) {
             Ok(ticket) => {
-                layer.counters.count(signal, reason);
-                let guard = DoneGuard::new(Arc::clone(&adm), ticket, Arc::clone(&layer.manager));
+                let guard = layer.admitted(signal, reason, ticket);
                 std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                 let resp = inner.call(req).await;
                 drop(guard);
@@ -204,10 +210,7 @@ where
             }
             Err(AdmissionLayer::InflightCap) if tokio::time::timeout_at(deadline, freed).await.is_ok() => continue,
             Err(refused_by) => {
-                layer.counters.count_layer(signal, refused_by);
-                let what = format!("overloaded: refused by {}", refused_by.as_str());
-                let retry_after = layer.manager.config().retry_after.min;
-                return Ok(match layer.refusal(req, signal, &what, retry_after, false) {
+                return Ok(match layer.refused_by(req, signal, refused_by) {
                     Ok(resp) => resp,
                     Err(draining) => draining.await,
                 });
