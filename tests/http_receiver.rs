@@ -286,6 +286,13 @@ async fn http1_refusal_keeps_the_connection_for_modest_bodies() {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (status, connection, _) = exchange(&mut s, "slow", &huge).await.expect("a status, not a reset");
     assert_eq!((status, connection.as_deref()), (429, Some("close")));
+
+    // Unauthenticated: never read, whatever its size (an unknown client must not make
+    // weir read bodies), so the connection is closed after the 401.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (status, connection, body) = exchange(&mut s, "nobody", &junk).await.expect("a status, not a reset");
+    assert_eq!((status, connection.as_deref()), (401, Some("close")));
+    assert!(String::from_utf8_lossy(&body).contains("unknown token"));
     w.app.shutdown().await;
 }
 

@@ -99,7 +99,7 @@ pub(super) async fn auth(State((kind, state)): State<(ServerKind, AuthLayerState
                 "missing token: send Authorization: Bearer <token> or X-BK-TOKEN"
             };
             let resp = reject(kind, &req, ApiError::Unauthenticated(msg.into()), started);
-            super::drain::finish_async(req, resp).await
+            super::drain::without_reading(&req, resp)
         }
     }
 }

@@ -74,6 +74,17 @@ pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<B
     }
 }
 
+/// A refusal that must not spend a read on the body (an unauthenticated request: an
+/// unknown client should not be able to make weir read a megabyte per request): over
+/// HTTP/1.x with a body, the connection is closed after the answer.
+pub fn without_reading(req: &Request<Body>, mut resp: Response<Body>) -> Response<Body> {
+    let empty = req.headers().get(header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() == b"0");
+    if req.version() <= Version::HTTP_11 && !empty {
+        close(&mut resp);
+    }
+    resp
+}
+
 /// [`finish`], awaited.
 pub async fn finish_async(req: Request<Body>, resp: Response<Body>) -> Response<Body> {
     match finish(req, resp) {
