@@ -10,6 +10,9 @@
 # moderate and overload concurrency), EXTRA (more loadgen flags), OUT (results folder,
 # default bench/results/<date>), SCENARIOS (a subset, e.g. "B D"; the report needs all four). A weir that dies is restarted (like `restart:
 # on-failure`) and counted. Writes OUT/report.md plus one JSON and SVG per scenario.
+# RATE_LOW and RATE_HIGH (requests/s, both or neither) switch to loadgen's open loop: A and
+# C send RATE_LOW, B and D RATE_HIGH, on a fixed schedule with latency measured from it;
+# C_HIGH then only bounds the requests in flight (10 x c per phase).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +25,11 @@ C_HIGH=${C_HIGH:-512}
 # EXTRA="" gives the seed's loop, which retries a refusal at once.
 EXTRA=${EXTRA--respect-retry-after}
 OUT=${OUT:-bench/results/$(date +%Y-%m-%d)}
+RATE_LOW=${RATE_LOW:-}
+RATE_HIGH=${RATE_HIGH:-}
+if [ -n "$RATE_LOW$RATE_HIGH" ] && { [ -z "$RATE_LOW" ] || [ -z "$RATE_HIGH" ]; }; then
+  echo "RATE_LOW and RATE_HIGH go together (open loop), or neither (closed loop)" >&2; exit 2
+fi
 CPUS=${CPUS:-1}
 MEM=${MEM:-314572800}
 mkdir -p "$OUT"
@@ -49,8 +57,10 @@ cg_file() { # the cgroup file for a controller
   else echo "$(awk -v c="$1" '$0 ~ / - cgroup / { n=split($NF, o, ","); for (i=1;i<=n;i++) if (o[i]==c) { print $5; exit } }' /proc/self/mountinfo)/weir-bench-$$/$3"; fi
 }
 
-run_scenario() { # name throttle(true|false) concurrency
-  local name=$1 throttle=$2 c=$3
+run_scenario() { # name throttle(true|false) concurrency [rate]
+  local name=$1 throttle=$2 c=$3 rate=${4:-}
+  local load=(-c "$c")
+  [ -n "$rate" ] && load=(-c "$C_HIGH" -rate "$rate")
   local cfg="$WORK/weir-$name.yaml"
   sed "s/^    enabled: true$/    enabled: $throttle/" config/bench.yaml > "$cfg"
   grep -q "enabled: $throttle" "$cfg"
@@ -66,7 +76,7 @@ run_scenario() { # name throttle(true|false) concurrency
   ) &
   local sup=$!
   for _ in $(seq 1 100); do curl -sf http://127.0.0.1:8888/readyz > /dev/null && break; sleep 0.1; done
-  echo "== $name: throttle=$throttle c=$c phases of $PHASE"
+  echo "== $name: throttle=$throttle ${load[*]} phases of $PHASE"
   # CPU and memory of the cgroup once a second, whether or not weir's throttle samples.
   (
     prev=""; while [ ! -f "$WORK/stop" ]; do
@@ -81,7 +91,7 @@ run_scenario() { # name throttle(true|false) concurrency
       prev=$u; sleep 1
     done > "$WORK/cpu-$name.txt"
   ) &
-  "$LOADGEN" -url http://127.0.0.1:4318/v1/traces -c "$c" -d "$PHASE" $EXTRA \
+  "$LOADGEN" -url http://127.0.0.1:4318/v1/traces "${load[@]}" -d "$PHASE" $EXTRA \
     -metrics-url http://127.0.0.1:8888/metrics -json "$OUT/$name.json" -report "$OUT/$name.svg" | tee "$OUT/$name.txt"
   local oom peak
   if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
@@ -96,7 +106,7 @@ run_scenario() { # name throttle(true|false) concurrency
   wait "$sup" 2>/dev/null || true
   local cpu_peak
   cpu_peak=$(sort -n "$WORK/cpu-$name.txt" | tail -1 | awk '{print $1}')
-  echo "{\"oom_kills\": ${oom:-0}, \"restarts\": $(cat "$WORK/restarts-$name"), \"peak_mem_bytes\": ${peak:-0}, \"cpu_peak_pct\": ${cpu_peak:-0}, \"throttle\": $throttle, \"c\": $c}" > "$OUT/$name.cgroup.json"
+  echo "{\"oom_kills\": ${oom:-0}, \"restarts\": $(cat "$WORK/restarts-$name"), \"peak_mem_bytes\": ${peak:-0}, \"cpu_peak_pct\": ${cpu_peak:-0}, \"throttle\": $throttle, \"c\": $c, \"rate\": ${rate:-0}}" > "$OUT/$name.cgroup.json"
   scripts/run-in-cgroup.sh --remove "weir-bench-$$"
   sleep 1
 }
@@ -104,17 +114,18 @@ run_scenario() { # name throttle(true|false) concurrency
 SCENARIOS=${SCENARIOS:-A B C D}
 for s in $SCENARIOS; do
   case $s in
-    A) run_scenario A false "$C_LOW" ;;
-    B) run_scenario B false "$C_HIGH" ;;
-    C) run_scenario C true "$C_LOW" ;;
-    D) run_scenario D true "$C_HIGH" ;;
+    A) run_scenario A false "$C_LOW" "$RATE_LOW" ;;
+    B) run_scenario B false "$C_HIGH" "$RATE_HIGH" ;;
+    C) run_scenario C true "$C_LOW" "$RATE_LOW" ;;
+    D) run_scenario D true "$C_HIGH" "$RATE_HIGH" ;;
   esac
 done
 [ "$SCENARIOS" = "A B C D" ] || exit 0
 
-python3 - "$OUT" "$PHASE" "$C_LOW" "$C_HIGH" "$CPUS" "$MEM" "$EXTRA" "$(git rev-parse --short HEAD)" <<'PY'
+python3 - "$OUT" "$PHASE" "$C_LOW" "$C_HIGH" "$CPUS" "$MEM" "$EXTRA" "$(git rev-parse --short HEAD)" "$RATE_LOW" "$RATE_HIGH" <<'PY'
 import json, sys, os
-out, phase, c_low, c_high, cpus, mem, extra, commit = sys.argv[1:9]
+out, phase, c_low, c_high, cpus, mem, extra, commit, rate_low, rate_high = sys.argv[1:11]
+open_loop = bool(rate_low)
 client = ("each worker waits for Retry-After / RetryInfo (jittered: up to half again as long) after a refusal, as OTLP exporters do"
           if "respect-retry-after" in extra else "the seed's closed loop: a refused request is retried at once")
 rows = []
@@ -132,13 +143,17 @@ for name, desc in [("A", "throttle off, moderate"), ("B", "throttle off, overloa
     p99 = max((p["p99_ms"] or 0) for p in ph)
     cpu_peak = cg.get("cpu_peak_pct", 0) / 100.0  # CPU time per wall second / 1 core, from the cgroup
     mem_peak_level = max((m["levels"].get("mem", 0) for m in d["metrics"] if m["levels"].get("mem") == m["levels"].get("mem")), default=0)
-    rows.append(dict(name=name, desc=desc, c=cg["c"], peak_qpm=peak_qpm, ok=total("ok"), rejected=total("status_429") + total("status_503"),
+    rows.append(dict(name=name, desc=desc, c=(f"{cg['rate']}/s" if cg.get("rate") else f"c={cg['c']}"), peak_qpm=peak_qpm, ok=total("ok"), rejected=total("status_429") + total("status_503"),
                      rejected_spans=rejected_spans, lost=total("transport_errors") + total("other"), accepted_sps=accepted / dur, p99=p99,
                      cpu_peak=cpu_peak, mem_peak=int(cg["peak_mem_bytes"]) / 1048576, mem_level=mem_peak_level, oom=cg["oom_kills"], restarts=cg["restarts"], phases=ph))
 lines = [f"# weir A/B/C/D benchmark", "",
-         f"weir ({commit}) in a real cgroup with {cpus} CPU and {int(mem)//1048576} MiB, exporting over OTLP/gRPC to a sink weir; loadgen (closed loop, JSON bodies as the seed; {client}; flags `{extra}`) "
-         f"with three phases of {phase} (warmup c/5 × 128 spans × 128 B, burst c × 512 × 1 KiB, bigpayload c × 128 × 4 KiB). Moderate c={c_low}, overload c={c_high}.", "",
-         "| scenario | c | peak QPM | 200s | rejected (429+503) | rejected spans | lost (errors, timeouts) | accepted spans/s | P99 of 200s (worst phase) | CPU peak (cores) | memory peak | OOM kills | restarts |",
+         (f"weir ({commit}) in a real cgroup with {cpus} CPU and {int(mem)//1048576} MiB, exporting over OTLP/gRPC to a sink weir; loadgen in open loop (JSON bodies as the seed; "
+          f"requests sent on a fixed schedule whatever the answers, latency measured from the scheduled time, refusals not retried; in flight bounded by 10 × c) "
+          f"with three phases of {phase} (warmup 128 spans × 128 B, burst 512 × 1 KiB, bigpayload 128 × 4 KiB). Moderate {rate_low} requests/s, overload {rate_high} requests/s (c={c_high})."
+          if open_loop else
+          f"weir ({commit}) in a real cgroup with {cpus} CPU and {int(mem)//1048576} MiB, exporting over OTLP/gRPC to a sink weir; loadgen (closed loop, JSON bodies as the seed; {client}; flags `{extra}`) "
+          f"with three phases of {phase} (warmup c/5 × 128 spans × 128 B, burst c × 512 × 1 KiB, bigpayload c × 128 × 4 KiB). Moderate c={c_low}, overload c={c_high}."), "",
+         "| scenario | load | peak QPM | 200s | rejected (429+503) | rejected spans | lost (errors, timeouts) | accepted spans/s | P99 of 200s (worst phase) | CPU peak (cores) | memory peak | OOM kills | restarts |",
          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
     lines.append(f"| {r['name']}: {r['desc']} | {r['c']} | {r['peak_qpm']:.0f} | {r['ok']} | {r['rejected']} | {r['rejected_spans']} | {r['lost']} | {r['accepted_sps']:.0f} | {r['p99']:.0f} ms | {r['cpu_peak']:.2f} | {r['mem_peak']:.0f} MiB | {r['oom']} | {r['restarts']} |")
