@@ -78,8 +78,10 @@ pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<B
 /// unknown client should not be able to make weir read a megabyte per request): over
 /// HTTP/1.x with a body, the connection is closed after the answer.
 pub fn without_reading(req: &Request<Body>, mut resp: Response<Body>) -> Response<Body> {
-    let empty = req.headers().get(header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() == b"0");
-    if req.version() <= Version::HTTP_11 && !empty {
+    // HTTP/1.x has a body when it declares a non-zero length or a transfer coding.
+    let h = req.headers();
+    let body = h.contains_key(header::TRANSFER_ENCODING) || h.get(header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0");
+    if req.version() <= Version::HTTP_11 && body {
         close(&mut resp);
     }
     resp
