@@ -40,6 +40,20 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
+    // The same plus layer 0, queue delay, as the request path runs it: the connection's
+    // receive stamp turned into a wait (a real-time clock read) and checked.
+    let stamp = weir::receiver::rxstamp::RxStamp::arrived_at(weir::receiver::rxstamp::realtime_nanos());
+    g.bench_function("full+queue_delay/classify+decide+layers+done", |b| {
+        b.iter(|| {
+            now += 50_000;
+            let signal = routes.classify(black_box("/v1/logs"));
+            let d = manager.decide(signal);
+            let ok = admission.check_queue_delay(black_box(&stamp).waited_nanos(), hot).is_ok();
+            if let (weir::throttle::manager::Decision::Admit(_), true, Ok(t)) = (d, ok, admission.admit(now, hot)) {
+                admission.done(t, now + 10_000, 0.9);
+            }
+        })
+    });
     g.finish();
 }
 

@@ -1,6 +1,9 @@
 //! Admission layers (seed 000), evaluated after the throttle's decision and before the
 //! body is read, short-circuiting in this order:
 //!
+//! 0. queue delay ([`Admission::check_queue_delay`], called by the throttle layer with the
+//!    request's wait in front of weir from `receiver::rxstamp`): refuse a wait longer than
+//!    `queue_delay.target` while busy;
 //! 1. in-flight hard cap (`max_inflight_per_core`, off by default; never gated);
 //! 2. slow start: after a cold start, or when fewer than 30% of the pass window's
 //!    buckets saw traffic, the admitted rate follows init + (target − init)(1 − e^(−4p));
@@ -10,8 +13,8 @@
 //!    when a water level is above its enter line and in-flight exceeds it, then keep
 //!    checking for a 1 s cool-off.
 //!
-//! Principle (seed 000, "rather under-limit than mis-limit"): layers 2-4 refuse only while
-//! some water level is above its exit line. On an idle machine nothing is refused, however
+//! Principle (seed 000, "rather under-limit than mis-limit"): layers 0 and 2-4 refuse only
+//! while some water level is above its exit line (layer 0 also when this sample's CPU is). On an idle machine nothing is refused, however
 //! odd the windows look. A property test holds the code to that.
 //!
 //! Time is injected (nanoseconds since an origin), so the simulator and tests are exact.
@@ -36,6 +39,8 @@ pub enum Layer {
     BurstDamping,
     /// The BBR concurrency limit.
     Bbr,
+    /// The request waited in front of weir longer than `queue_delay.target`.
+    QueueDelay,
 }
 
 impl Layer {
@@ -46,6 +51,7 @@ impl Layer {
             Layer::SlowStart => "slow_start",
             Layer::BurstDamping => "burst_damping",
             Layer::Bbr => "bbr",
+            Layer::QueueDelay => "queue_delay",
         }
     }
 }
@@ -178,6 +184,21 @@ impl Admission {
     /// Requests admitted and not yet done.
     pub fn inflight(&self) -> i64 {
         self.inflight.load(Ordering::Relaxed)
+    }
+
+    /// Layer 0, before the others: a request that waited `waited_nanos` in front of weir
+    /// (kernel buffers, run queue) is refused when that exceeds `queue_delay.target` while
+    /// some water level is above its exit line or the CPU is right now. The wait alone
+    /// could be a stalled scheduler on an idle machine; with the CPU busy it is a queue.
+    pub fn check_queue_delay(&self, waited_nanos: u64, p: Pressure) -> Result<(), Layer> {
+        let cfg = self.cfg.load();
+        let q = &cfg.queue_delay;
+        let cpu = &cfg.thresholds.cpu;
+        let busy = p.above_exit || (cpu.enabled && p.cpu > cpu.exit);
+        if q.enabled && busy && waited_nanos > q.target.as_nanos() as u64 {
+            return Err(Layer::QueueDelay);
+        }
+        Ok(())
     }
 
     /// Decides for one request at `now`.

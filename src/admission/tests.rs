@@ -157,9 +157,29 @@ proptest! {
         for (i, gap) in gaps.iter().enumerate() {
             now += gap * MS / 10;
             pending.retain(|(at, t)| if *at <= now { a.done(*t, *at, 0.3); false } else { true });
+            // However long the request waited in front of weir (up to 500 ms here).
+            prop_assert!(a.check_queue_delay(hold[i % hold.len()] * MS / 10, COOL).is_ok(), "queue delay refused while cool");
             let t = a.admit(now, COOL);
             prop_assert!(t.is_ok(), "refused at {now} with everything below exit");
             pending.push((now + hold[i % hold.len()] * MS / 10, t.unwrap()));
         }
     }
+}
+
+#[test]
+fn queue_delay_refuses_a_long_wait_only_while_busy() {
+    let a = Admission::new(&cfg(), 1.0); // target 10 ms, CPU exit 0.75 by default
+    assert_eq!(a.check_queue_delay(11 * MS, HOT), Err(Layer::QueueDelay));
+    assert_eq!(a.check_queue_delay(9 * MS, HOT), Ok(()), "a wait under the target passes");
+    assert_eq!(a.check_queue_delay(500 * MS, COOL), Ok(()), "idle: a long wait is a stalled scheduler, not a queue");
+    // Busy right now (this sample's CPU above exit) before the slow level has caught up.
+    let rising = Pressure { above_exit: false, above_enter: false, cpu: 0.9 };
+    assert_eq!(a.check_queue_delay(11 * MS, rising), Err(Layer::QueueDelay));
+    let mut off = cfg();
+    off.queue_delay.enabled = false;
+    assert_eq!(Admission::new(&off, 1.0).check_queue_delay(500 * MS, HOT), Ok(()));
+    // A CPU slot that is switched off does not count as busy.
+    let mut no_cpu = cfg();
+    no_cpu.thresholds.cpu.enabled = false;
+    assert_eq!(Admission::new(&no_cpu, 1.0).check_queue_delay(500 * MS, rising), Ok(()));
 }

@@ -50,6 +50,22 @@ pub struct BbrConfig {
     pub headroom: f64,
 }
 
+/// Queue delay: how long a request waited between arriving in the kernel and reaching the
+/// throttle (see `receiver::rxstamp`). On a busy core that wait is the queue in front of
+/// weir, which no in-flight count can see; a request that waited longer than `target` is
+/// refused while the CPU is above its exit line (now or on the slow level) or another
+/// water level is. Its client backs off for Retry-After, which shortens the line, and
+/// the requests weir does accept are not the ones that waited.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueDelayConfig {
+    /// On or off.
+    pub enabled: bool,
+    /// The longest wait admitted while busy.
+    #[serde(with = "humantime_serde")]
+    pub target: Duration,
+}
+
 /// The CPU-vs-P99 knee learner.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -82,6 +98,11 @@ impl Default for BbrConfig {
         BbrConfig { enabled: true, window: Duration::from_secs(10), buckets: 100, cool_off: Duration::from_secs(1), headroom: 1.5 }
     }
 }
+impl Default for QueueDelayConfig {
+    fn default() -> Self {
+        QueueDelayConfig { enabled: true, target: Duration::from_millis(10) }
+    }
+}
 impl Default for KneeConfig {
     fn default() -> Self {
         KneeConfig { enabled: true, knee_ratio: 0.5, min_delta_ms: 10.0, min_cpu: 0.5, recompute: Duration::from_secs(5) }
@@ -95,9 +116,13 @@ pub fn validate(
     d: &BurstDampingConfig,
     b: &BbrConfig,
     k: &KneeConfig,
+    q: &QueueDelayConfig,
     cap: f64,
 ) -> Result<(), ConfigError> {
     let key = |k: &str| format!("{prefix}.{k}");
+    if q.enabled && q.target.is_zero() {
+        return Err(ConfigError::invalid(key("queue_delay.target"), "must be > 0 (or set queue_delay.enabled: false)"));
+    }
     if !(cap >= 0.0 && cap.is_finite()) {
         return Err(ConfigError::invalid(key("max_inflight_per_core"), "must be >= 0 (0 = off)"));
     }

@@ -42,6 +42,8 @@ pub struct ThrottleConfig {
     pub bbr: super::admission::BbrConfig,
     /// CPU knee learner.
     pub knee: super::admission::KneeConfig,
+    /// Refuse requests that waited too long before weir saw them, while busy.
+    pub queue_delay: super::admission::QueueDelayConfig,
     /// Connection surge + RTT degradation as an overload signal (seed 004).
     pub connection_signal: super::admission::ConnectionSignalConfig,
 }
@@ -190,6 +192,7 @@ impl Default for ThrottleConfig {
             burst_damping: Default::default(),
             bbr: Default::default(),
             knee: Default::default(),
+            queue_delay: Default::default(),
             connection_signal: Default::default(),
         }
     }
@@ -308,7 +311,15 @@ impl ThrottleConfig {
         if self.max_inflight_wait > Duration::from_secs(10) {
             return Err(ConfigError::invalid(key("max_inflight_wait"), "must be at most 10s (a wait is time the client sees)"));
         }
-        super::admission::validate(prefix, &self.slow_start, &self.burst_damping, &self.bbr, &self.knee, self.max_inflight_per_core)?;
+        super::admission::validate(
+            prefix,
+            &self.slow_start,
+            &self.burst_damping,
+            &self.bbr,
+            &self.knee,
+            &self.queue_delay,
+            self.max_inflight_per_core,
+        )?;
         let cs = &self.connection_signal;
         let cs_ok = cs.surge_ratio > 1.0 && cs.rtt_ratio > 1.0 && (0.0..1.0).contains(&cs.baseline_beta);
         if !cs_ok {

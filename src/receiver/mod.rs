@@ -10,6 +10,7 @@ pub mod middleware;
 pub mod promrw;
 pub mod pyroscope;
 pub mod response;
+pub mod rxstamp;
 pub mod server;
 
 use crate::pipeline::{Pipeline, SubmitError};

@@ -3,7 +3,9 @@
 
 use crate::config::TlsConfig;
 use crate::telemetry::names;
+use axum::http::Request;
 use axum::Router;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
@@ -143,7 +145,14 @@ pub async fn serve(
                 let id = t.for_server(name).map(|c| c.open(std::os::fd::AsRawFd::as_raw_fd(&stream)));
                 (t, id)
             });
-            let svc = TowerToHyperService::new(app.clone());
+            // Reads record when the data arrived; each request carries the stamp so the
+            // throttle can see how long it waited before weir looked at it (`rxstamp`).
+            let stream = super::rxstamp::Stamped::new(stream);
+            let stamp = stream.stamp();
+            let svc = TowerToHyperService::new(tower::ServiceExt::map_request(app.clone(), move |mut req: Request<Incoming>| {
+                req.extensions_mut().insert(stamp.clone());
+                req
+            }));
             let tls = tls.clone();
             let builder = builder.clone();
             let watcher = graceful.watcher();

@@ -20,26 +20,28 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 const REASONS: [Reason; 6] = [Reason::Normal, Reason::SheddingPass, Reason::Disabled, Reason::Unclassified, Reason::Shed, Reason::Open];
-const LAYERS: [AdmissionLayer; 4] =
-    [AdmissionLayer::InflightCap, AdmissionLayer::SlowStart, AdmissionLayer::BurstDamping, AdmissionLayer::Bbr];
+const LAYERS: [AdmissionLayer; 5] =
+    [AdmissionLayer::InflightCap, AdmissionLayer::SlowStart, AdmissionLayer::BurstDamping, AdmissionLayer::Bbr, AdmissionLayer::QueueDelay];
+/// Counter columns: the reasons, then the layers.
+const COLUMNS: usize = REASONS.len() + LAYERS.len();
 
 /// Counters registered once, so the hot path does no label lookups.
 #[derive(Debug, Clone)]
 struct Counters {
     /// [signal index or 4 for unknown][reason index, then layer index + 6]
-    table: Arc<[[metrics::Counter; 10]; 5]>,
+    table: Arc<[[metrics::Counter; COLUMNS]; 5]>,
 }
 
 impl Counters {
     fn new(protocol: &'static str) -> Self {
         let record_types = ["traces", "metrics", "logs", "profiles", "unknown"];
         let table = record_types.map(|rt| {
-            let labels: [(&'static str, &'static str); 10] = std::array::from_fn(|j| {
-                if j < 6 {
+            let labels: [(&'static str, &'static str); COLUMNS] = std::array::from_fn(|j| {
+                if j < REASONS.len() {
                     let r = REASONS[j];
                     (if matches!(r, Reason::Shed | Reason::Open) { "denied" } else { "allowed" }, r.as_str())
                 } else {
-                    ("denied", LAYERS[j - 6].as_str())
+                    ("denied", LAYERS[j - REASONS.len()].as_str())
                 }
             });
             labels.map(|(decision, reason)| {
@@ -57,7 +59,7 @@ impl Counters {
 
     fn count_layer(&self, signal: Option<Signal>, layer: AdmissionLayer) {
         let i = signal.map_or(4, Signal::index);
-        let j = 6 + LAYERS.iter().position(|l| *l == layer).unwrap_or(0);
+        let j = REASONS.len() + LAYERS.iter().position(|l| *l == layer).unwrap_or(0);
         self.table[i][j].increment(1);
     }
 }
@@ -155,7 +157,12 @@ where
             {
                 // The admission layers, after the throttle and before the body is read.
                 let adm = &self.layer.admission;
-                match adm.inner.admit(adm.now(), self.layer.manager.pressure()) {
+                let pressure = self.layer.manager.pressure();
+                let waited = req.extensions().get::<crate::receiver::rxstamp::RxStamp>().map_or(0, |s| s.waited_nanos());
+                if let Err(layer) = adm.inner.check_queue_delay(waited, pressure) {
+                    return ResponseFuture::refused(self.layer.refused_by(req, signal, layer));
+                }
+                match adm.inner.admit(adm.now(), pressure) {
                     Ok(ticket) => {
                         let guard = self.layer.admitted(signal, reason, ticket);
                         ResponseFuture::Inner { fut: self.inner.call(req), guard: Some(guard) }

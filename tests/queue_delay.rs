@@ -1,0 +1,58 @@
+//! The queue in front of weir, seen through real sockets: while the only core is busy, a
+//! request's bytes wait in the kernel, and the request must arrive at the service knowing
+//! how long (`receiver::rxstamp`, plumbed through `receiver::server::serve`).
+
+use axum::routing::get;
+use axum::Router;
+use std::io::{Read, Write};
+use std::time::Duration;
+use weir::receiver::rxstamp::RxStamp;
+
+fn get_over_http1(addr: std::net::SocketAddr, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split("\r\n\r\n").nth(1).unwrap_or_default().to_string()
+}
+
+/// One runtime thread, blocked 200 ms by the first request's handler (a stand-in for a
+/// core busy decoding). A second client sends its request 50 ms into that: it reaches its
+/// handler having waited about 150 ms, and says so. A third, sent on an idle server,
+/// waited next to nothing.
+#[tokio::test(flavor = "current_thread")]
+async fn a_request_knows_how_long_it_waited_for_a_busy_server() {
+    let app = Router::new()
+        .route(
+            "/busy",
+            get(|| async {
+                std::thread::sleep(Duration::from_millis(200));
+                "done"
+            }),
+        )
+        .route(
+            "/waited",
+            get(|req: axum::extract::Request| async move {
+                req.extensions().get::<RxStamp>().map_or("no stamp".to_string(), |s| (s.waited_nanos() / 1_000_000).to_string())
+            }),
+        );
+    let server = weir::receiver::server::serve("test", "127.0.0.1:0", None, None, app, None).await.unwrap();
+    let addr = server.local_addr;
+
+    let busy = std::thread::spawn(move || get_over_http1(addr, "/busy"));
+    let waiting = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        get_over_http1(addr, "/waited")
+    });
+    // Lets the runtime serve both while the test's own threads wait.
+    let (busy, waiting) = tokio::task::spawn_blocking(move || (busy.join().unwrap(), waiting.join().unwrap())).await.unwrap();
+    assert_eq!(busy, "done");
+    let waited_ms: u64 = waiting.parse().unwrap_or_else(|_| panic!("want milliseconds, got {waiting:?}"));
+    assert!((100..5_000).contains(&waited_ms), "the second request waited {waited_ms} ms for the busy runtime, want about 150");
+
+    let idle = tokio::task::spawn_blocking(move || get_over_http1(addr, "/waited")).await.unwrap();
+    let idle_ms: u64 = idle.parse().unwrap_or_else(|_| panic!("want milliseconds, got {idle:?}"));
+    assert!(idle_ms < waited_ms, "on an idle server a request waited {idle_ms} ms, no less than the queued one's {waited_ms} ms");
+    server.shutdown(Duration::from_secs(1)).await;
+}
