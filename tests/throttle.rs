@@ -94,6 +94,9 @@ async fn an_idle_machine_refuses_nothing() {
     assert_eq!(v["connection_surge"], false);
     let open = metric_value(&w.admin(), "weir_receiver_open_connections{server=\"http\"}").await;
     assert!(open.is_some_and(|o| o >= 1.0), "{open:?}");
+    // Every request's wait in front of weir went into the queue-delay histogram.
+    let waited = metric_value(&w.admin(), "weir_throttle_queue_delay_seconds_count{protocol=\"http\"}").await;
+    assert!(waited.is_some_and(|n| n >= 201.0), "{waited:?}");
     w.app.shutdown().await;
 }
 
@@ -109,5 +112,78 @@ async fn disabled_throttle_admits_and_starts_no_sampler() {
     assert_eq!(v["enabled"], false);
     assert_eq!(v["states"]["traces"], "normal");
     assert_eq!(post(&format!("{}/v1/traces", w.http()), traces("d", 1, 1).encode_to_vec(), false).await.status(), 200);
+    w.app.shutdown().await;
+}
+
+/// Sends one OTLP/HTTP request from its own thread with a blocking socket and returns the
+/// raw response, so it can be sent while the test's runtime (which also runs weir) is
+/// blocked.
+fn post_from_thread(url: String, body: Vec<u8>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let addr = url.trim_start_matches("http://").split('/').next().unwrap().to_string();
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let head = format!(
+            "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(&body).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    })
+}
+
+/// The queue-delay layer on real sockets. weir shares this test's single runtime thread,
+/// so blocking it for 300 ms is a busy core: a request sent meanwhile waits in the kernel.
+/// With the memory level between its exit and enter lines (busy, state Normal) that
+/// request is refused with 429 and reason `queue_delay`; with every level low (idle) the
+/// same wait is let through.
+#[tokio::test(flavor = "current_thread")]
+async fn a_request_that_waited_while_busy_is_refused_by_queue_delay() {
+    let cg = tempfile::tempdir().unwrap();
+    fixture(cg.path(), 700); // memory level 0.7: above exit 0.5, below enter 0.9
+    let rules = "      default: {drop_min: 0.0, drop_max: 0.0}
+    thresholds:
+      mem: {exit: 0.5, enter: 0.9, hard: 0.95, breach_n: 1}
+    queue_delay: {target: 50ms}
+    slow_start: {enabled: false}
+    burst_damping: {enabled: false}
+    bbr: {enabled: false}";
+    let w = start_yaml(&yaml(cg.path(), rules)).await;
+    let url = format!("{}/v1/traces", w.http());
+    let mem_level = |w: String| async move { metric_value(&w, "weir_throttle_water_level{kind=\"mem\"}").await.unwrap_or(0.0) };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while mem_level(w.admin()).await < 0.6 {
+        assert!(std::time::Instant::now() < deadline, "the memory level never rose");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(post(&url, traces("fresh", 1, 1).encode_to_vec(), false).await.status(), 200, "busy, but no wait");
+
+    let waiting = post_from_thread(url.clone(), traces("waited", 1, 1).encode_to_vec());
+    std::thread::sleep(Duration::from_millis(300)); // the core is busy
+    let resp = tokio::task::spawn_blocking(move || waiting.join().unwrap()).await.unwrap();
+    assert!(resp.starts_with("HTTP/1.1 429"), "{resp}");
+    assert!(resp.to_ascii_lowercase().contains("retry-after:"), "{resp}");
+    assert!(resp.contains("refused by queue_delay"), "{resp}");
+    let refused = metric_value(
+        &w.admin(),
+        "weir_throttle_requests_total{protocol=\"http\",record_type=\"traces\",decision=\"denied\",reason=\"queue_delay\"}",
+    )
+    .await;
+    assert_eq!(refused, Some(1.0));
+
+    // Idle: the same wait is a stalled scheduler, not a queue.
+    fixture(cg.path(), 100);
+    while mem_level(w.admin()).await > 0.4 {
+        assert!(std::time::Instant::now() < deadline + Duration::from_secs(10), "the memory level never fell");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let waiting = post_from_thread(url.clone(), traces("idle", 1, 1).encode_to_vec());
+    std::thread::sleep(Duration::from_millis(300));
+    let resp = tokio::task::spawn_blocking(move || waiting.join().unwrap()).await.unwrap();
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
     w.app.shutdown().await;
 }

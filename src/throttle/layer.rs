@@ -7,7 +7,7 @@
 
 use super::classify::RouteRegistry;
 use super::manager::{Decision, Reason, ThrottleManager};
-use super::metrics::REQUESTS;
+use super::metrics::{QUEUE_DELAY, REQUESTS};
 use super::{AdmissionClock, DoneGuard};
 use crate::admission::Layer as AdmissionLayer;
 use crate::receiver::middleware::{drain, ServerKind};
@@ -30,6 +30,8 @@ const COLUMNS: usize = REASONS.len() + LAYERS.len();
 struct Counters {
     /// [signal index or 4 for unknown][reason index, then layer index + 6]
     table: Arc<[[metrics::Counter; COLUMNS]; 5]>,
+    /// Each request's wait in front of weir.
+    queue_delay: metrics::Histogram,
 }
 
 impl Counters {
@@ -48,7 +50,7 @@ impl Counters {
                 metrics::counter!(REQUESTS, "protocol" => protocol, "record_type" => rt, "decision" => decision, "reason" => reason)
             })
         });
-        Counters { table: Arc::new(table) }
+        Counters { table: Arc::new(table), queue_delay: metrics::histogram!(QUEUE_DELAY, "protocol" => protocol) }
     }
 
     fn count(&self, signal: Option<Signal>, reason: Reason) {
@@ -150,6 +152,8 @@ where
         let signal = self.layer.routes.classify(req.uri().path());
         let tenant = req.extensions().get::<crate::receiver::Tenant>().map(|t| &*t.0);
         let priority = signal.map(|s| self.layer.manager.priority(s, tenant));
+        let waited = req.extensions().get::<crate::receiver::rxstamp::RxStamp>().map_or(0, |s| s.waited_nanos());
+        self.layer.counters.queue_delay.record(waited as f64 * 1e-9);
         match self.layer.manager.decide_as(signal, priority) {
             // Critical traffic skips the adaptive layers: it is refused only when Open.
             Decision::Admit(reason @ (Reason::Normal | Reason::SheddingPass))
@@ -158,7 +162,6 @@ where
                 // The admission layers, after the throttle and before the body is read.
                 let adm = &self.layer.admission;
                 let pressure = self.layer.manager.pressure();
-                let waited = req.extensions().get::<crate::receiver::rxstamp::RxStamp>().map_or(0, |s| s.waited_nanos());
                 if let Err(layer) = adm.inner.check_queue_delay(waited, pressure) {
                     return ResponseFuture::refused(self.layer.refused_by(req, signal, layer));
                 }

@@ -11,6 +11,9 @@ pub const WATER_LEVEL: &str = "weir_throttle_water_level";
 pub const STATE: &str = "weir_throttle_state";
 /// Decisions by `protocol`, `record_type`, `decision` (allowed/denied), `reason`.
 pub const REQUESTS: &str = "weir_throttle_requests_total";
+/// How long each request waited in front of weir (kernel buffers, run queue) before the
+/// throttle saw it, by `protocol` (see `receiver::rxstamp`).
+pub const QUEUE_DELAY: &str = "weir_throttle_queue_delay_seconds";
 /// Actual time between samples.
 pub const SAMPLER_INTERVAL: &str = "weir_throttle_sampler_interval_seconds";
 /// Time one sample takes (cgroup reads and computation).
