@@ -46,6 +46,7 @@ fn every_rule_names_its_key() {
     let cases = [
         ("exporters: [{type: blackhole}]\nreceiver: {http_server: {endpoit: x}}", "receiver.http_server.endpoit"),
         ("exporters: [{type: blackhole}]\nbogus: 1", "bogus"),
+        ("exporters: [{type: blackhole}]\nreceiver: {throttle: {queue_delay: {target: 0s}}}", "receiver.throttle.queue_delay.target"),
         ("exporters: [{type: blackhole}]\nreceiver: {http_server: {endpoint: nope}}", "receiver.http_server.endpoint"),
         ("exporters: [{type: blackhole}]\nreceiver: {grpc_server: {endpoint: \"host:99999\"}}", "receiver.grpc_server.endpoint"),
         (
