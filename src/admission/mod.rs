@@ -14,8 +14,9 @@
 //!    checking for a 1 s cool-off.
 //!
 //! Principle (seed 000, "rather under-limit than mis-limit"): layers 0 and 2-4 refuse only
-//! while some water level is above its exit line (layer 0 also when this sample's CPU is). On an idle machine nothing is refused, however
-//! odd the windows look. A property test holds the code to that.
+//! while some water level is above its exit line (layer 0 also while this sample's CPU
+//! is). On an idle machine nothing is refused, however odd the windows look or however
+//! long a request waited. A property test holds the code to that.
 //!
 //! Time is injected (nanoseconds since an origin), so the simulator and tests are exact.
 

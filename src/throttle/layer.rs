@@ -28,7 +28,7 @@ const COLUMNS: usize = REASONS.len() + LAYERS.len();
 /// Counters registered once, so the hot path does no label lookups.
 #[derive(Debug, Clone)]
 struct Counters {
-    /// [signal index or 4 for unknown][reason index, then layer index + 6]
+    /// [signal index or 4 for unknown][reason index, then REASONS.len() + layer index]
     table: Arc<[[metrics::Counter; COLUMNS]; 5]>,
     /// Each request's wait in front of weir.
     queue_delay: metrics::Histogram,
