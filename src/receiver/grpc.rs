@@ -50,8 +50,7 @@ impl Export {
                 Ok(Response::new(body))
             }
             Err(e) => {
-                metrics::counter!(names::REQUESTS_REJECTED, "protocol" => "grpc", "signal" => signal.as_str(), "reason" => e.reason())
-                    .increment(1);
+                super::count_rejected(Protocol::Grpc, signal.as_str(), e.reason());
                 count_request(Protocol::Grpc, signal.as_str(), "rejected", tenant.as_ref(), started.elapsed());
                 Err(e.into_grpc_status())
             }

@@ -118,6 +118,58 @@ impl Ingest {
     }
 }
 
+/// Label values of `signal` the request metrics are registered for up front.
+const SIGNAL_LABELS: [&str; 5] = ["traces", "metrics", "logs", "profiles", "unknown"];
+/// Label values of `outcome`.
+const OUTCOMES: [&str; 2] = ["accepted", "rejected"];
+
+/// The request metrics of the common case (no tenant), registered once after the
+/// recorder is installed, so counting a request does no label lookup in the registry
+/// (four labels hashed and compared, per request). Requests of named tenants, and any
+/// label outside these tables, go through the registry as before.
+struct RequestMetrics {
+    /// [protocol][signal][outcome], tenant `none`.
+    requests: [[[metrics::Counter; OUTCOMES.len()]; SIGNAL_LABELS.len()]; 2],
+    /// [protocol][signal].
+    duration: [[metrics::Histogram; SIGNAL_LABELS.len()]; 2],
+    /// [protocol][signal][reason].
+    rejected: [[[metrics::Counter; response::REASONS.len()]; SIGNAL_LABELS.len()]; 2],
+}
+
+impl RequestMetrics {
+    /// The tables, once a recorder is there to register them with (before that, e.g. in
+    /// unit tests, handles would be no-ops for good).
+    fn get() -> Option<&'static RequestMetrics> {
+        static TABLES: std::sync::OnceLock<RequestMetrics> = std::sync::OnceLock::new();
+        if let Some(m) = TABLES.get() {
+            return Some(m);
+        }
+        crate::telemetry::installed().then(|| TABLES.get_or_init(RequestMetrics::new))
+    }
+
+    fn new() -> Self {
+        let protocols = [Protocol::Http.as_str(), Protocol::Grpc.as_str()];
+        RequestMetrics {
+            requests: protocols.map(|p| {
+                SIGNAL_LABELS.map(|s| {
+                    OUTCOMES.map(|o| metrics::counter!(names::REQUESTS, "protocol" => p, "signal" => s, "outcome" => o, "tenant" => "none"))
+                })
+            }),
+            duration: protocols
+                .map(|p| SIGNAL_LABELS.map(|s| metrics::histogram!(names::REQUEST_DURATION, "protocol" => p, "signal" => s))),
+            rejected: protocols.map(|p| {
+                SIGNAL_LABELS.map(|s| {
+                    response::REASONS.map(|r| metrics::counter!(names::REQUESTS_REJECTED, "protocol" => p, "signal" => s, "reason" => r))
+                })
+            }),
+        }
+    }
+}
+
+fn index_of(labels: &[&str], v: &str) -> Option<usize> {
+    labels.iter().position(|l| *l == v)
+}
+
 /// Counts one finished request.
 pub fn count_request(
     protocol: Protocol,
@@ -126,7 +178,29 @@ pub fn count_request(
     tenant: Option<&Tenant>,
     elapsed: std::time::Duration,
 ) {
-    metrics::counter!(names::REQUESTS, "protocol" => protocol.as_str(), "signal" => signal, "outcome" => outcome, "tenant" => Tenant::label(tenant))
-        .increment(1);
-    metrics::histogram!(names::REQUEST_DURATION, "protocol" => protocol.as_str(), "signal" => signal).record(elapsed.as_secs_f64());
+    let p = protocol as usize;
+    match (RequestMetrics::get(), index_of(&SIGNAL_LABELS, signal), index_of(&OUTCOMES, outcome)) {
+        (Some(m), Some(s), Some(o)) => {
+            match tenant {
+                None => m.requests[p][s][o].increment(1),
+                Some(_) => metrics::counter!(names::REQUESTS, "protocol" => protocol.as_str(), "signal" => signal, "outcome" => outcome, "tenant" => Tenant::label(tenant))
+                    .increment(1),
+            }
+            m.duration[p][s].record(elapsed.as_secs_f64());
+        }
+        _ => {
+            metrics::counter!(names::REQUESTS, "protocol" => protocol.as_str(), "signal" => signal, "outcome" => outcome, "tenant" => Tenant::label(tenant))
+                .increment(1);
+            metrics::histogram!(names::REQUEST_DURATION, "protocol" => protocol.as_str(), "signal" => signal).record(elapsed.as_secs_f64());
+        }
+    }
+}
+
+/// Counts one refused request under `weir_receiver_requests_rejected_total`.
+pub fn count_rejected(protocol: Protocol, signal: &'static str, reason: &'static str) {
+    match (RequestMetrics::get(), index_of(&SIGNAL_LABELS, signal), index_of(&response::REASONS, reason)) {
+        (Some(m), Some(s), Some(r)) => m.rejected[protocol as usize][s][r].increment(1),
+        _ => metrics::counter!(names::REQUESTS_REJECTED, "protocol" => protocol.as_str(), "signal" => signal, "reason" => reason)
+            .increment(1),
+    }
 }

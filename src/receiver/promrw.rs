@@ -139,7 +139,7 @@ pub async fn write(ingest: Ingest, max_body: usize, req: Request<Body>) -> Respo
             r
         }
         Err(e) => {
-            metrics::counter!(names::REQUESTS_REJECTED, "protocol" => "http", "signal" => "metrics", "reason" => e.reason()).increment(1);
+            super::count_rejected(Protocol::Http, Signal::Metrics.as_str(), e.reason());
             count_request(Protocol::Http, Signal::Metrics.as_str(), "rejected", tenant.as_ref(), started.elapsed());
             e.into_http(format)
         }

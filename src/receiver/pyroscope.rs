@@ -183,7 +183,7 @@ fn finish(
             ok
         }
         Err(e) => {
-            metrics::counter!(names::REQUESTS_REJECTED, "protocol" => "http", "signal" => "profiles", "reason" => e.reason()).increment(1);
+            super::count_rejected(Protocol::Http, Signal::Profiles.as_str(), e.reason());
             count_request(Protocol::Http, Signal::Profiles.as_str(), "rejected", tenant, started.elapsed());
             err(e)
         }

@@ -53,6 +53,20 @@ pub enum ApiError {
     },
 }
 
+/// Every value [`ApiError::reason`] gives.
+pub const REASONS: [&str; 10] = [
+    "bad_request",
+    "unsupported_media_type",
+    "too_large",
+    "unauthenticated",
+    "method_not_allowed",
+    "not_found",
+    "queue_full",
+    "shutting_down",
+    "throttle_open",
+    "throttle_shed",
+];
+
 impl ApiError {
     /// The HTTP status.
     pub fn http_status(&self) -> StatusCode {
@@ -90,7 +104,7 @@ impl ApiError {
         }
     }
 
-    /// The metric reason label.
+    /// The metric reason label (one of [`REASONS`]).
     pub fn reason(&self) -> &'static str {
         match self {
             ApiError::BadRequest(_) => "bad_request",
@@ -162,6 +176,26 @@ pub fn retry_info_any(delay: Duration) -> prost_types::Any {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reasons_lists_every_reason_once() {
+        let s = String::new;
+        let d = Duration::from_secs(1);
+        let all = [
+            ApiError::BadRequest(s()),
+            ApiError::UnsupportedMediaType(s()),
+            ApiError::PayloadTooLarge(s()),
+            ApiError::Unauthenticated(s()),
+            ApiError::MethodNotAllowed(s()),
+            ApiError::NotFound(s()),
+            ApiError::QueueFull { message: s(), retry_after: d },
+            ApiError::ShuttingDown,
+            ApiError::Throttled { message: s(), retry_after: d, open: true },
+            ApiError::Throttled { message: s(), retry_after: d, open: false },
+        ];
+        let reasons: Vec<_> = all.iter().map(ApiError::reason).collect();
+        assert_eq!(reasons, REASONS, "REASONS must follow reason(), one entry per value");
+    }
 
     #[test]
     fn throttled_carries_retry_info_on_both_protocols() {

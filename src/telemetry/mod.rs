@@ -5,9 +5,15 @@ pub mod names;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
+static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
+
+/// Whether [`install_recorder`] has run: metric handles taken from now on are live.
+pub fn installed() -> bool {
+    HANDLE.get().is_some()
+}
+
 /// Installs the global Prometheus recorder (once per process) and returns its handle.
 pub fn install_recorder() -> PrometheusHandle {
-    static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
     HANDLE
         .get_or_init(|| {
             let builder = PrometheusBuilder::new()

@@ -288,8 +288,7 @@ pub(crate) fn reject_counted(kind: ServerKind, req: &Request<Body>, err: ApiErro
 pub(crate) fn reject(kind: ServerKind, req: &Request<Body>, err: ApiError, started: std::time::Instant) -> Response<Body> {
     let signal = Signal::classify(req.uri().path()).map_or("unknown", Signal::as_str);
     let tenant = req.extensions().get::<Tenant>();
-    metrics::counter!(crate::telemetry::names::REQUESTS_REJECTED, "protocol" => kind.protocol().as_str(), "signal" => signal, "reason" => err.reason())
-        .increment(1);
+    crate::receiver::count_rejected(kind.protocol(), signal, err.reason());
     count_request(kind.protocol(), signal, "rejected", tenant, started.elapsed());
     match kind {
         ServerKind::Http => {
