@@ -68,12 +68,20 @@ fn decide_does_not_allocate() {
             admission.done(t, now + 50_000, 0.9);
         }
     }
+    // With layer 0: the connection's receive stamp read as a wait, and checked.
+    let stamp = weir::receiver::rxstamp::RxStamp::arrived_at(weir::receiver::rxstamp::realtime_nanos());
     let before = ALLOCS.load(Ordering::Relaxed);
+    let mut refused_for_waiting = 0;
     for _ in 0..10_000 {
         now += 100_000;
+        if admission.check_queue_delay(stamp.waited_nanos(), hot).is_err() {
+            refused_for_waiting += 1;
+            continue;
+        }
         if let Ok(t) = admission.admit(now, hot) {
             admission.done(t, now + 50_000, 0.9);
         }
     }
     assert_eq!(ALLOCS.load(Ordering::Relaxed) - before, 0, "admission layers allocated");
+    assert!(refused_for_waiting < 10_000, "a fresh stamp is mostly under the 10 ms target");
 }
