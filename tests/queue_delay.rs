@@ -17,17 +17,21 @@ fn get_over_http1(addr: std::net::SocketAddr, path: &str) -> String {
     out.split("\r\n\r\n").nth(1).unwrap_or_default().to_string()
 }
 
-/// One runtime thread, blocked 200 ms by the first request's handler (a stand-in for a
-/// core busy decoding). A second client sends its request 50 ms into that: it reaches its
-/// handler having waited about 150 ms, and says so. A third, sent on an idle server,
-/// waited next to nothing.
+/// One runtime thread, blocked 400 ms by the first request's handler (a stand-in for a
+/// core busy decoding). A second client sends its request once that handler has started:
+/// it reaches its handler having waited most of the 400 ms, and says so. A third, sent on
+/// an idle server, waited less.
 #[tokio::test(flavor = "current_thread")]
 async fn a_request_knows_how_long_it_waited_for_a_busy_server() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let started = std::sync::Arc::new(AtomicBool::new(false));
+    let busy_started = std::sync::Arc::clone(&started);
     let app = Router::new()
         .route(
             "/busy",
-            get(|| async {
-                std::thread::sleep(Duration::from_millis(200));
+            get(move || async move {
+                busy_started.store(true, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(400));
                 "done"
             }),
         )
@@ -42,14 +46,18 @@ async fn a_request_knows_how_long_it_waited_for_a_busy_server() {
 
     let busy = std::thread::spawn(move || get_over_http1(addr, "/busy"));
     let waiting = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(50));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !started.load(Ordering::SeqCst) {
+            assert!(std::time::Instant::now() < deadline, "the busy handler never ran");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         get_over_http1(addr, "/waited")
     });
     // Lets the runtime serve both while the test's own threads wait.
     let (busy, waiting) = tokio::task::spawn_blocking(move || (busy.join().unwrap(), waiting.join().unwrap())).await.unwrap();
     assert_eq!(busy, "done");
     let waited_ms: u64 = waiting.parse().unwrap_or_else(|_| panic!("want milliseconds, got {waiting:?}"));
-    assert!((100..5_000).contains(&waited_ms), "the second request waited {waited_ms} ms for the busy runtime, want about 150");
+    assert!((100..5_000).contains(&waited_ms), "the second request waited {waited_ms} ms for the busy runtime, want most of 400");
 
     let idle = tokio::task::spawn_blocking(move || get_over_http1(addr, "/waited")).await.unwrap();
     let idle_ms: u64 = idle.parse().unwrap_or_else(|_| panic!("want milliseconds, got {idle:?}"));

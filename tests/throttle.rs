@@ -115,11 +115,12 @@ async fn disabled_throttle_admits_and_starts_no_sampler() {
     w.app.shutdown().await;
 }
 
-/// Sends one OTLP/HTTP request from its own thread with a blocking socket and returns the
-/// raw response, so it can be sent while the test's runtime (which also runs weir) is
-/// blocked.
-fn post_from_thread(url: String, body: Vec<u8>) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
+/// Sends one OTLP/HTTP request from its own thread with a blocking socket, while the
+/// test's runtime (which also runs weir) is blocked: blocks the calling thread until the
+/// request is on the wire, then `busy` more, and returns the raw response.
+fn post_while_blocked(url: String, body: Vec<u8>, busy: Duration) -> std::thread::JoinHandle<String> {
+    let (sent, on_wire) = std::sync::mpsc::channel();
+    let client = std::thread::spawn(move || {
         use std::io::{Read, Write};
         let addr = url.trim_start_matches("http://").split('/').next().unwrap().to_string();
         let mut s = std::net::TcpStream::connect(addr).unwrap();
@@ -130,14 +131,19 @@ fn post_from_thread(url: String, body: Vec<u8>) -> std::thread::JoinHandle<Strin
         );
         s.write_all(head.as_bytes()).unwrap();
         s.write_all(&body).unwrap();
+        sent.send(()).unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).unwrap();
         out
-    })
+    });
+    // The kernel completes the connection and buffers the request; weir cannot look.
+    on_wire.recv_timeout(Duration::from_secs(10)).expect("the request was sent");
+    std::thread::sleep(busy);
+    client
 }
 
 /// The queue-delay layer on real sockets. weir shares this test's single runtime thread,
-/// so blocking it for 300 ms is a busy core: a request sent meanwhile waits in the kernel.
+/// so blocking it is a busy core: a request sent meanwhile waits in the kernel (250 ms).
 /// With the memory level between its exit and enter lines (busy, state Normal) that
 /// request is refused with 429 and reason `queue_delay`; with every level low (idle) the
 /// same wait is let through.
@@ -148,7 +154,7 @@ async fn a_request_that_waited_while_busy_is_refused_by_queue_delay() {
     let rules = "      default: {drop_min: 0.0, drop_max: 0.0}
     thresholds:
       mem: {exit: 0.5, enter: 0.9, hard: 0.95, breach_n: 1}
-    queue_delay: {target: 50ms}
+    queue_delay: {target: 100ms}
     slow_start: {enabled: false}
     burst_damping: {enabled: false}
     bbr: {enabled: false}";
@@ -162,8 +168,8 @@ async fn a_request_that_waited_while_busy_is_refused_by_queue_delay() {
     }
     assert_eq!(post(&url, traces("fresh", 1, 1).encode_to_vec(), false).await.status(), 200, "busy, but no wait");
 
-    let waiting = post_from_thread(url.clone(), traces("waited", 1, 1).encode_to_vec());
-    std::thread::sleep(Duration::from_millis(300)); // the core is busy
+    // The core is busy for 250 ms after the request arrived (target 100 ms).
+    let waiting = post_while_blocked(url.clone(), traces("waited", 1, 1).encode_to_vec(), Duration::from_millis(250));
     let resp = tokio::task::spawn_blocking(move || waiting.join().unwrap()).await.unwrap();
     assert!(resp.starts_with("HTTP/1.1 429"), "{resp}");
     assert!(resp.to_ascii_lowercase().contains("retry-after:"), "{resp}");
@@ -181,8 +187,7 @@ async fn a_request_that_waited_while_busy_is_refused_by_queue_delay() {
         assert!(std::time::Instant::now() < deadline + Duration::from_secs(10), "the memory level never fell");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let waiting = post_from_thread(url.clone(), traces("idle", 1, 1).encode_to_vec());
-    std::thread::sleep(Duration::from_millis(300));
+    let waiting = post_while_blocked(url.clone(), traces("idle", 1, 1).encode_to_vec(), Duration::from_millis(250));
     let resp = tokio::task::spawn_blocking(move || waiting.join().unwrap()).await.unwrap();
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
     w.app.shutdown().await;
