@@ -48,7 +48,7 @@ fn bench(c: &mut Criterion) {
             now += 50_000;
             let signal = routes.classify(black_box("/v1/logs"));
             let d = manager.decide(signal);
-            let ok = admission.check_queue_delay(black_box(&stamp).waited_nanos(), hot).is_ok();
+            let ok = admission.check_queue_delay(black_box(&stamp).waited_nanos().unwrap_or(0), hot).is_ok();
             if let (weir::throttle::manager::Decision::Admit(_), true, Ok(t)) = (d, ok, admission.admit(now, hot)) {
                 admission.done(t, now + 10_000, 0.9);
             }

@@ -38,7 +38,10 @@ async fn a_request_knows_how_long_it_waited_for_a_busy_server() {
         .route(
             "/waited",
             get(|req: axum::extract::Request| async move {
-                req.extensions().get::<RxStamp>().map_or("no stamp".to_string(), |s| (s.waited_nanos() / 1_000_000).to_string())
+                req.extensions()
+                    .get::<RxStamp>()
+                    .and_then(RxStamp::waited_nanos)
+                    .map_or("no stamp".to_string(), |n| (n / 1_000_000).to_string())
             }),
         );
     let server = weir::receiver::server::serve("test", "127.0.0.1:0", None, None, app, None).await.unwrap();

@@ -12,7 +12,9 @@
 //!
 //! The stamp is the arrival of the newest data read, so a request that trickles in looks
 //! fresh: the error is always towards "waited less", never a refusal for a wait that did
-//! not happen.
+//! not happen. Data the kernel did not stamp makes the wait unknown (`None`), never the
+//! wait of older bytes. The listening socket asks for stamps too ([`enable_on_listener`]),
+//! which keeps the kernel stamping for weir's whole life.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -29,14 +31,11 @@ use tokio::net::TcpStream;
 pub struct RxStamp(Arc<AtomicU64>);
 
 impl RxStamp {
-    /// How long ago the newest bytes read from this connection arrived (zero without a
-    /// stamp, or if the clock stepped back).
-    pub fn waited_nanos(&self) -> u64 {
+    /// How long ago the newest bytes read from this connection arrived; `None` when that
+    /// is unknown (nothing stamped read yet). A clock stepped back reads as no wait.
+    pub fn waited_nanos(&self) -> Option<u64> {
         let at = self.0.load(Ordering::Relaxed);
-        if at == 0 {
-            return 0;
-        }
-        realtime_nanos().saturating_sub(at)
+        (at != 0).then(|| realtime_nanos().saturating_sub(at))
     }
 
     /// A stamp that says the data arrived at `nanos` (Unix epoch, real-time clock): for
@@ -66,21 +65,35 @@ pub struct Stamped {
     on: bool,
 }
 
+/// Asks the kernel to timestamp what arrives on `fd`; false if it refused.
+fn ask_for_stamps(fd: libc::c_int) -> bool {
+    let one: libc::c_int = 1;
+    // SAFETY: a socket fd and a c_int option value of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    rc == 0
+}
+
+/// Turns stamping on for a listening socket. The kernel stamps packets only while some
+/// socket wants stamps, and switches that on a moment after the first one asks; the
+/// listener asks for weir's whole life, so even the first bytes of a new connection after
+/// an idle spell carry their arrival time. Accepted sockets inherit the option.
+pub fn enable_on_listener(listener: &tokio::net::TcpListener) -> bool {
+    ask_for_stamps(listener.as_raw_fd())
+}
+
 impl Stamped {
     /// Wraps `inner`, asking the kernel for receive timestamps.
     pub fn new(inner: TcpStream) -> Self {
-        let one: libc::c_int = 1;
-        // SAFETY: a valid socket fd and a c_int option value of the size given.
-        let rc = unsafe {
-            libc::setsockopt(
-                inner.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_TIMESTAMPNS,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        Stamped { inner, stamp: RxStamp::default(), on: rc == 0 }
+        let on = ask_for_stamps(inner.as_raw_fd());
+        Stamped { inner, stamp: RxStamp::default(), on }
     }
 
     /// The connection's stamp, to hand to its requests.
@@ -194,7 +207,7 @@ mod tests {
         let mut server = Stamped::new(server);
         let stamp = server.stamp();
         assert!(server.on, "SO_TIMESTAMPNS is available on Linux TCP sockets");
-        assert_eq!(stamp.waited_nanos(), 0, "nothing read yet");
+        assert_eq!(stamp.waited_nanos(), None, "nothing read yet");
         let mut buf = [0u8; 64];
         // The kernel switches timestamping on shortly after the first socket asks for it
         // (deferred work); until then reads carry no stamp and report no wait.
@@ -212,13 +225,13 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(80)).await;
         let n = server.read(&mut buf).await.unwrap();
         assert_eq!(&buf[..n], b"first");
-        let waited = stamp.waited_nanos();
+        let waited = stamp.waited_nanos().expect("stamped");
         assert!((75 * MS..5_000 * MS).contains(&waited), "waited {waited} ns, want about 80 ms");
 
         client.write_all(b"second").unwrap();
         let n = server.read(&mut buf).await.unwrap();
         assert_eq!(&buf[..n], b"second");
-        let fresh = stamp.waited_nanos();
+        let fresh = stamp.waited_nanos().expect("stamped");
         assert!(fresh < waited, "the newer bytes waited {fresh} ns, no less than the older {waited} ns");
 
         // Writes pass through, and the end of the stream reads as 0 bytes.

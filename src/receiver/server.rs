@@ -105,6 +105,9 @@ pub async fn serve(
     let listener =
         TcpListener::bind(endpoint).await.map_err(|source| ServerError::Bind { name, endpoint: endpoint.to_string(), source })?;
     let local_addr = listener.local_addr().map_err(|source| ServerError::Bind { name, endpoint: endpoint.to_string(), source })?;
+    if !super::rxstamp::enable_on_listener(&listener) {
+        tracing::warn!(server = name, "the kernel gives no receive timestamps: the queue-delay layer sees no waits");
+    }
     let (stop, mut stopped) = watch::channel(false);
     let limit = max_conns.map(|n| Arc::new(Semaphore::new(n)));
     let task = tokio::spawn(async move {

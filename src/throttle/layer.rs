@@ -152,8 +152,12 @@ where
         let signal = self.layer.routes.classify(req.uri().path());
         let tenant = req.extensions().get::<crate::receiver::Tenant>().map(|t| &*t.0);
         let priority = signal.map(|s| self.layer.manager.priority(s, tenant));
-        let waited = req.extensions().get::<crate::receiver::rxstamp::RxStamp>().map_or(0, |s| s.waited_nanos());
-        self.layer.counters.queue_delay.record(waited as f64 * 1e-9);
+        // The wait in front of weir, when the kernel stamped the data (unknown: no wait).
+        let waited = req.extensions().get::<crate::receiver::rxstamp::RxStamp>().and_then(|s| s.waited_nanos());
+        if let Some(w) = waited {
+            self.layer.counters.queue_delay.record(w as f64 * 1e-9);
+        }
+        let waited = waited.unwrap_or(0);
         match self.layer.manager.decide_as(signal, priority) {
             // Critical traffic skips the adaptive layers: it is refused only when Open.
             Decision::Admit(reason @ (Reason::Normal | Reason::SheddingPass))
