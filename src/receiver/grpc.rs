@@ -50,8 +50,7 @@ impl Export {
                 Ok(Response::new(body))
             }
             Err(e) => {
-                super::count_rejected(Protocol::Grpc, signal.as_str(), e.reason());
-                count_request(Protocol::Grpc, signal.as_str(), "rejected", tenant.as_ref(), started.elapsed());
+                super::count_rejection(Protocol::Grpc, signal.as_str(), e.reason(), tenant.as_ref(), started.elapsed());
                 Err(e.into_grpc_status())
             }
         }

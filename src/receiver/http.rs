@@ -101,8 +101,7 @@ async fn export(State(st): State<HttpState>, signal: Signal, req: Request<Body>)
             resp
         }
         Err(err) => {
-            super::count_rejected(Protocol::Http, signal.as_str(), err.reason());
-            count_request(Protocol::Http, signal.as_str(), "rejected", tenant.as_ref(), started.elapsed());
+            super::count_rejection(Protocol::Http, signal.as_str(), err.reason(), tenant.as_ref(), started.elapsed());
             err.into_http(error_format)
         }
     }

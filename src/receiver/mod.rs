@@ -179,28 +179,33 @@ pub fn count_request(
     elapsed: std::time::Duration,
 ) {
     let p = protocol as usize;
-    match (RequestMetrics::get(), index_of(&SIGNAL_LABELS, signal), index_of(&OUTCOMES, outcome)) {
-        (Some(m), Some(s), Some(o)) => {
-            match tenant {
-                None => m.requests[p][s][o].increment(1),
-                Some(_) => metrics::counter!(names::REQUESTS, "protocol" => protocol.as_str(), "signal" => signal, "outcome" => outcome, "tenant" => Tenant::label(tenant))
-                    .increment(1),
-            }
-            m.duration[p][s].record(elapsed.as_secs_f64());
-        }
-        _ => {
-            metrics::counter!(names::REQUESTS, "protocol" => protocol.as_str(), "signal" => signal, "outcome" => outcome, "tenant" => Tenant::label(tenant))
-                .increment(1);
-            metrics::histogram!(names::REQUEST_DURATION, "protocol" => protocol.as_str(), "signal" => signal).record(elapsed.as_secs_f64());
+    let tables = RequestMetrics::get().zip(index_of(&SIGNAL_LABELS, signal));
+    match (tables, index_of(&OUTCOMES, outcome), tenant) {
+        (Some((m, s)), Some(o), None) => m.requests[p][s][o].increment(1),
+        _ => metrics::counter!(names::REQUESTS, "protocol" => protocol.as_str(), "signal" => signal, "outcome" => outcome, "tenant" => Tenant::label(tenant))
+            .increment(1),
+    }
+    match tables {
+        Some((m, s)) => m.duration[p][s].record(elapsed.as_secs_f64()),
+        None => {
+            metrics::histogram!(names::REQUEST_DURATION, "protocol" => protocol.as_str(), "signal" => signal).record(elapsed.as_secs_f64())
         }
     }
 }
 
-/// Counts one refused request under `weir_receiver_requests_rejected_total`.
-pub fn count_rejected(protocol: Protocol, signal: &'static str, reason: &'static str) {
+/// Counts one refused request: under `weir_receiver_requests_rejected_total` by reason,
+/// and as a finished request with outcome `rejected`.
+pub fn count_rejection(
+    protocol: Protocol,
+    signal: &'static str,
+    reason: &'static str,
+    tenant: Option<&Tenant>,
+    elapsed: std::time::Duration,
+) {
     match (RequestMetrics::get(), index_of(&SIGNAL_LABELS, signal), index_of(&response::REASONS, reason)) {
         (Some(m), Some(s), Some(r)) => m.rejected[protocol as usize][s][r].increment(1),
         _ => metrics::counter!(names::REQUESTS_REJECTED, "protocol" => protocol.as_str(), "signal" => signal, "reason" => reason)
             .increment(1),
     }
+    count_request(protocol, signal, "rejected", tenant, elapsed);
 }

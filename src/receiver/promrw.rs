@@ -139,8 +139,7 @@ pub async fn write(ingest: Ingest, max_body: usize, req: Request<Body>) -> Respo
             r
         }
         Err(e) => {
-            super::count_rejected(Protocol::Http, Signal::Metrics.as_str(), e.reason());
-            count_request(Protocol::Http, Signal::Metrics.as_str(), "rejected", tenant.as_ref(), started.elapsed());
+            super::count_rejection(Protocol::Http, Signal::Metrics.as_str(), e.reason(), tenant.as_ref(), started.elapsed());
             e.into_http(format)
         }
     }

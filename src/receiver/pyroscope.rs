@@ -183,8 +183,7 @@ fn finish(
             ok
         }
         Err(e) => {
-            super::count_rejected(Protocol::Http, Signal::Profiles.as_str(), e.reason());
-            count_request(Protocol::Http, Signal::Profiles.as_str(), "rejected", tenant, started.elapsed());
+            super::count_rejection(Protocol::Http, Signal::Profiles.as_str(), e.reason(), tenant, started.elapsed());
             err(e)
         }
     }

@@ -18,7 +18,7 @@ pub use auth::AuthLayerState;
 
 use super::decode::Format;
 use super::response::ApiError;
-use super::{count_request, Protocol, Tenant};
+use super::{Protocol, Tenant};
 use crate::signal::Signal;
 use crate::throttle::classify::RouteRegistry;
 use crate::throttle::layer::ThrottleLayer;
@@ -288,8 +288,7 @@ pub(crate) fn reject_counted(kind: ServerKind, req: &Request<Body>, err: ApiErro
 pub(crate) fn reject(kind: ServerKind, req: &Request<Body>, err: ApiError, started: std::time::Instant) -> Response<Body> {
     let signal = Signal::classify(req.uri().path()).map_or("unknown", Signal::as_str);
     let tenant = req.extensions().get::<Tenant>();
-    crate::receiver::count_rejected(kind.protocol(), signal, err.reason());
-    count_request(kind.protocol(), signal, "rejected", tenant, started.elapsed());
+    crate::receiver::count_rejection(kind.protocol(), signal, err.reason(), tenant, started.elapsed());
     match kind {
         ServerKind::Http => {
             let ct = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
