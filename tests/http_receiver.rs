@@ -228,11 +228,16 @@ async fn cors_preflight_and_admin_endpoints() {
 /// Writes one HTTP/1.1 POST on `s` and reads the response: (status, Connection header,
 /// body), or `None` when the connection is gone.
 async fn exchange(s: &mut tokio::net::TcpStream, token: &str, body: &[u8]) -> Option<(u16, Option<String>, Vec<u8>)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let head = format!(
         "POST /v1/traces HTTP/1.1\r\nhost: weir\r\ncontent-type: application/x-protobuf\r\nx-bk-token: {token}\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
+    exchange_raw(s, &head, body).await
+}
+
+/// Sends `head` and `body` as they are; (status, Connection header, body) of the answer.
+async fn exchange_raw(s: &mut tokio::net::TcpStream, head: &str, body: &[u8]) -> Option<(u16, Option<String>, Vec<u8>)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     // The body may be cut off by a refusal; what matters is whether a response follows.
     let _ = s.write_all(head.as_bytes()).await;
     let _ = s.write_all(body).await;
@@ -280,6 +285,13 @@ async fn http1_refusal_keeps_the_connection_for_modest_bodies() {
         assert!(String::from_utf8_lossy(&body).contains("quota"), "the Status body names the reason");
     }
     assert_eq!(exchange(&mut s, "fast", &valid).await.map(|r| r.0), Some(200), "same connection, next request served");
+
+    // No Content-Length and no Transfer-Encoding: the request ends at its headers, so a
+    // refusal has nothing to read away and the connection carries on.
+    let bodyless = "POST /v1/traces HTTP/1.1\r\nhost: weir\r\ncontent-type: application/x-protobuf\r\nx-bk-token: slow\r\n\r\n";
+    let (status, connection, _) = exchange_raw(&mut s, bodyless, &[]).await.expect("a status, not a reset");
+    assert_eq!((status, connection), (429, None), "a bodyless refusal keeps the connection");
+    assert_eq!(exchange(&mut s, "fast", &valid).await.map(|r| r.0), Some(200), "and the next request is served on it");
 
     // Over the limit: answered at once with Connection: close, body never read.
     let huge = vec![7u8; (weir::receiver::middleware::drain::MAX_BYTES + 1) as usize];

@@ -50,12 +50,11 @@ pub type Draining = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 /// The refusal as it should go out: at once (HTTP/2, or HTTP/1.x that cannot be kept), or
 /// after the body has been read away.
 pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<Body>, Draining> {
-    if req.version() > Version::HTTP_11 {
+    if req.version() > Version::HTTP_11 || !has_body(&req) {
         return Ok(resp);
     }
     let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     let slot = match declared {
-        Some(0) => return Ok(resp),
         Some(n) if n <= MAX_BYTES => Slot::take(),
         _ => None,
     };
@@ -78,13 +77,17 @@ pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<B
 /// unknown client should not be able to make weir read a megabyte per request): over
 /// HTTP/1.x with a body, the connection is closed after the answer.
 pub fn without_reading(req: &Request<Body>, mut resp: Response<Body>) -> Response<Body> {
-    // HTTP/1.x has a body when it declares a non-zero length or a transfer coding.
-    let h = req.headers();
-    let body = h.contains_key(header::TRANSFER_ENCODING) || h.get(header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0");
-    if req.version() <= Version::HTTP_11 && body {
+    if req.version() <= Version::HTTP_11 && has_body(req) {
         close(&mut resp);
     }
     resp
+}
+
+/// An HTTP/1.x request has a body when it declares a non-zero length or a transfer
+/// coding; one with neither ends at its headers, and its connection can carry on.
+fn has_body(req: &Request<Body>) -> bool {
+    let h = req.headers();
+    h.contains_key(header::TRANSFER_ENCODING) || h.get(header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0")
 }
 
 /// [`finish`], awaited.
