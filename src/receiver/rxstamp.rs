@@ -15,6 +15,13 @@
 //! not happen. Data the kernel did not stamp makes the wait unknown (`None`), never the
 //! wait of older bytes. The listening socket asks for stamps too ([`enable_on_listener`]),
 //! which keeps the kernel stamping for weir's whole life.
+//!
+//! Being the one place every plaintext connection's bytes pass through, the wrapper also
+//! saves system calls: HTTP/2 writes are gathered across streams
+//! ([`Stamped::hold_once`]), large bodies are read up to 64 KiB more per call
+//! ([`SPILL_BYTES`]), and a read that drains the socket is not followed by one that can
+//! only return EAGAIN. A TLS connection's bytes are encrypted here: it gets the read
+//! savings but not the HTTP/2 write gathering.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -63,7 +70,37 @@ pub struct Stamped {
     stamp: RxStamp,
     /// `SO_TIMESTAMPNS` could be set: read with `recvmsg`; otherwise plain reads.
     on: bool,
+    /// What the connection turned out to be, from its first bytes.
+    kind: Kind,
+    /// A write of this HTTP/2 connection was put off once already (see [`Stamped::hold_once`]).
+    held: bool,
+    /// Read-ahead (see [`SPILL_BYTES`]): bytes `spill_pos..` are next.
+    spill: Option<Vec<u8>>,
+    spill_pos: usize,
 }
+
+/// Read-ahead for a connection that sends more than its reader asks for at a time. h2
+/// reads about 8 KiB per call, so a 237 KB request body took some 29 `recvmsg` calls,
+/// and for a refused request (whose body h2 reads only to throw away) those system
+/// calls were most of weir's CPU. Once a read fills the caller's buffer (more is
+/// likely waiting), later reads pass this much room as a second iovec: one call takes
+/// up to 64 KiB more, served to the next reads by a copy in user space, which costs far
+/// less than the calls it saves. A read that comes up short frees it again, so idle
+/// connections hold none.
+const SPILL_BYTES: usize = 64 * 1024;
+
+/// What the first bytes read from a connection say it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Unknown,
+    /// Opened with the HTTP/2 client preface (h2c with prior knowledge, gRPC).
+    Http2,
+    /// Anything else: HTTP/1.x, or a preface split across reads.
+    Other,
+}
+
+/// The first bytes of every HTTP/2 connection (RFC 9113 3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
 
 /// Asks the kernel to timestamp what arrives on `fd`; false if it refused.
 fn ask_for_stamps(fd: libc::c_int) -> bool {
@@ -93,7 +130,36 @@ impl Stamped {
     /// Wraps `inner`, asking the kernel for receive timestamps.
     pub fn new(inner: TcpStream) -> Self {
         let on = ask_for_stamps(inner.as_raw_fd());
-        Stamped { inner, stamp: RxStamp::default(), on }
+        Stamped { inner, stamp: RxStamp::default(), on, kind: Kind::Unknown, held: false, spill: None, spill_pos: 0 }
+    }
+
+    /// Notes what the connection is from the first bytes it sent.
+    fn classify(&mut self, first: &[u8]) {
+        if self.kind == Kind::Unknown && !first.is_empty() {
+            self.kind = if first.starts_with(H2_PREFACE) { Kind::Http2 } else { Kind::Other };
+        }
+    }
+
+    /// Write coalescing for HTTP/2. Every stream's response is made by its own task, and
+    /// each one wakes the connection task, which writes what is ready at once: one
+    /// `writev` per response. On loopback or a fast LAN that system call (with the
+    /// peer's receive path it sets off) is most of what a small response costs: for a
+    /// refused request about half of weir's CPU (perf, `scripts/bench-throughput.sh`).
+    /// So the first attempt to write is put off by one turn of the scheduler: the
+    /// connection task wakes itself and yields, the other streams' tasks that are
+    /// already runnable finish their responses, and the next attempt writes them all
+    /// in one call. A connection with nothing else to do waits one scheduler turn
+    /// (microseconds), never for a timer. HTTP/1.x has one response in flight per
+    /// connection and nothing to gather, so it is left alone.
+    fn hold_once(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.kind != Kind::Http2 {
+            return false;
+        }
+        self.held = !self.held;
+        if self.held {
+            cx.waker().wake_by_ref();
+        }
+        self.held
     }
 
     /// The connection's stamp, to hand to its requests.
@@ -102,16 +168,26 @@ impl Stamped {
     }
 }
 
-/// One `recvmsg` into `buf`: bytes read and the arrival time, if the kernel gave one.
-fn recv_stamped(fd: libc::c_int, buf: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<(usize, Option<u64>)> {
+/// One `recvmsg` into `buf` and then, if given, `more`: bytes read and the arrival time,
+/// if the kernel gave one.
+fn recv_stamped(
+    fd: libc::c_int,
+    buf: &mut [std::mem::MaybeUninit<u8>],
+    more: Option<&mut [std::mem::MaybeUninit<u8>]>,
+) -> io::Result<(usize, Option<u64>)> {
     // Room for one cmsg carrying a timespec, u64-aligned as cmsghdr needs.
     let mut control = [0u64; 8];
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut iov = [libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() }; 2];
+    let mut iovlen = 1;
+    if let Some(more) = more {
+        iov[1] = libc::iovec { iov_base: more.as_mut_ptr().cast(), iov_len: more.len() };
+        iovlen = 2;
+    }
     // SAFETY: zeroed msghdr is a valid "no name, no control" header; the fields set below
     // point at live buffers of the lengths given.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iovlen;
     msg.msg_control = control.as_mut_ptr().cast();
     msg.msg_controllen = std::mem::size_of_val(&control) as _;
     // SAFETY: fd is a socket; msg describes writable buffers owned by this frame.
@@ -139,19 +215,65 @@ impl AsyncRead for Stamped {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if !this.on {
-            return Pin::new(&mut this.inner).poll_read(cx, buf);
+            let before = buf.filled().len();
+            ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+            this.classify(&buf.filled()[before..]);
+            return Poll::Ready(Ok(()));
+        }
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        if let Some(spill) = &this.spill {
+            if this.spill_pos < spill.len() {
+                let take = buf.remaining().min(spill.len() - this.spill_pos);
+                buf.put_slice(&spill[this.spill_pos..this.spill_pos + take]);
+                this.spill_pos += take;
+                return Poll::Ready(Ok(()));
+            }
         }
         loop {
             ready!(this.inner.poll_read_ready(cx))?;
             let fd = this.inner.as_raw_fd();
             // SAFETY: recvmsg only writes initialised bytes into the unfilled part, and
-            // exactly `n` of them are marked initialised below.
+            // exactly the bytes it wrote are marked initialised below.
             let unfilled = unsafe { buf.unfilled_mut() };
-            match this.inner.try_io(Interest::READABLE, || recv_stamped(fd, unfilled)) {
+            let want = unfilled.len();
+            let more = this.spill.as_mut().map(|v| {
+                v.clear();
+                v.spare_capacity_mut()
+            });
+            let room = want + more.as_ref().map_or(0, |m| m.len());
+            // A read that did not fill the room it was given drained the socket: tell
+            // tokio so (a WouldBlock from the closure clears the readiness it cached)
+            // and the next poll waits for epoll instead of making a `recvmsg` that can
+            // only say EAGAIN. tokio's own TcpStream does the same.
+            let mut drained = None;
+            let read = this.inner.try_io(Interest::READABLE, || match recv_stamped(fd, unfilled, more)? {
+                (n, at) if n > 0 && n < room => {
+                    drained = Some((n, at));
+                    Err(io::ErrorKind::WouldBlock.into())
+                }
+                got => Ok(got),
+            });
+            match read.or_else(|e| drained.ok_or(e)) {
                 Ok((n, at)) => {
-                    // SAFETY: the kernel wrote `n` bytes at the start of the unfilled part.
-                    unsafe { buf.assume_init(n) };
-                    buf.advance(n);
+                    let first = n.min(want);
+                    // SAFETY: the kernel wrote `first` bytes at the start of the unfilled part.
+                    unsafe { buf.assume_init(first) };
+                    buf.advance(first);
+                    let filled = buf.filled();
+                    this.classify(&filled[filled.len() - first..]);
+                    match &mut this.spill {
+                        // SAFETY: the kernel wrote the other `n - want` bytes at the start of
+                        // the spill's spare capacity, which is at least that long.
+                        Some(spill) if n > want => {
+                            unsafe { spill.set_len(n - want) };
+                            this.spill_pos = 0;
+                        }
+                        Some(_) if n < want => this.spill = None,
+                        None if n == want => this.spill = Some(Vec::with_capacity(SPILL_BYTES)),
+                        _ => {}
+                    }
                     // No stamp (the kernel turns timestamping on a moment after the
                     // first socket asks): unknown, which reads as no wait, never as the
                     // wait of older bytes.
@@ -167,11 +289,19 @@ impl AsyncRead for Stamped {
 
 impl AsyncWrite for Stamped {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        if this.hold_once(cx) {
+            return Poll::Pending;
+        }
+        Pin::new(&mut this.inner).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        if this.hold_once(cx) {
+            return Poll::Pending;
+        }
+        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -241,5 +371,78 @@ mod tests {
         assert_eq!(&got, b"bye");
         drop(client);
         assert_eq!(server.read(&mut buf).await.unwrap(), 0);
+    }
+
+    async fn pair() -> (std::net::TcpStream, Stamped) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (client, Stamped::new(server))
+    }
+
+    /// A large body read through a small buffer (as h2 reads, 8 KiB at a time) arrives
+    /// whole and in order: after a read fills the buffer the read-ahead comes into use,
+    /// serves the following reads, and is let go once a read comes up short.
+    #[tokio::test]
+    async fn read_ahead_keeps_every_byte_in_order() {
+        let (mut client, mut server) = pair().await;
+        let body: Vec<u8> = (0..600_000u32).map(|i| (i % 251) as u8).collect();
+        let sent = body.clone();
+        let writer = std::thread::spawn(move || client.write_all(&sent).map(|()| client));
+        let mut got = Vec::with_capacity(body.len());
+        let mut buf = [0u8; 8192];
+        let mut spilled = false;
+        while got.len() < body.len() {
+            let n = server.read(&mut buf).await.unwrap();
+            assert!(n > 0, "end of stream after {} bytes", got.len());
+            got.extend_from_slice(&buf[..n]);
+            spilled |= server.spill.as_ref().is_some_and(|s| !s.is_empty());
+        }
+        assert!(got == body, "bytes lost, repeated or reordered");
+        assert!(spilled, "600 KB through an 8 KiB buffer never used the read-ahead");
+        let mut client = writer.join().unwrap().unwrap();
+        // A short read (one small message) drains the socket and frees the read-ahead.
+        client.write_all(b"tail").unwrap();
+        let n = server.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"tail");
+        assert!(server.spill.is_none(), "an idle connection keeps its read-ahead buffer");
+        drop(client);
+        assert_eq!(server.read(&mut buf).await.unwrap(), 0);
+    }
+
+    /// A connection that opened with the HTTP/2 preface has its first write attempt put
+    /// off once (the task is woken to come back at once) and the next one written; an
+    /// HTTP/1.1 connection writes at the first attempt.
+    #[tokio::test]
+    async fn http2_writes_wait_one_turn_and_http1_writes_do_not() {
+        use std::task::Wake;
+        struct Count(std::sync::atomic::AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        for (preface, held) in [(&b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..], true), (&b"POST /v1/traces HTTP/1.1\r\n"[..], false)] {
+            let (mut client, mut server) = pair().await;
+            client.write_all(preface).unwrap();
+            let mut buf = [0u8; 64];
+            assert_eq!(server.read(&mut buf).await.unwrap(), preface.len());
+            let count = Arc::new(Count(Default::default()));
+            let waker = std::task::Waker::from(Arc::clone(&count));
+            let mut cx = Context::from_waker(&waker);
+            let first = Pin::new(&mut server).poll_write(&mut cx, b"one");
+            if held {
+                assert!(first.is_pending(), "the first HTTP/2 write went out at once");
+                assert_eq!(count.0.load(Ordering::Relaxed), 1, "a held write must wake its task");
+                let second = Pin::new(&mut server).poll_write(&mut cx, b"one");
+                assert!(matches!(second, Poll::Ready(Ok(3))), "the second attempt must write: {second:?}");
+            } else {
+                assert!(matches!(first, Poll::Ready(Ok(3))), "HTTP/1.1 write held: {first:?}");
+                assert_eq!(count.0.load(Ordering::Relaxed), 0);
+            }
+            let mut got = [0u8; 3];
+            std::io::Read::read_exact(&mut client, &mut got).unwrap();
+            assert_eq!(&got, b"one");
+        }
     }
 }

@@ -79,8 +79,9 @@ pub(super) async fn auth(State((kind, state)): State<(ServerKind, AuthLayerState
     match tenant {
         Some(t) => {
             if let Err(wait) = state.check_quota(&t) {
-                metrics::counter!(crate::telemetry::names::QUOTA_REJECTED, "tenant" => t.to_string()).increment(1);
-                req.extensions_mut().insert(Tenant(Arc::clone(&t)));
+                let tenant = Tenant(Arc::clone(&t));
+                metrics::counter!(crate::telemetry::names::QUOTA_REJECTED, "tenant" => Tenant::label(Some(&tenant))).increment(1);
+                req.extensions_mut().insert(tenant);
                 let err = ApiError::Throttled {
                     message: format!("tenant quota exceeded; next request conforms in {:.3}s", wait.as_secs_f64()),
                     retry_after: wait,
