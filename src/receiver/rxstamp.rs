@@ -18,8 +18,8 @@
 //!
 //! Being the one place every plaintext connection's bytes pass through, the wrapper also
 //! saves system calls: HTTP/2 writes are gathered across streams
-//! ([`Stamped::hold_once`]), large bodies are read up to 64 KiB more per call
-//! ([`SPILL_BYTES`]), and a read that drains the socket is not followed by one that can
+//! (`Stamped::hold_once`), large bodies are read up to 64 KiB more per call
+//! (`SPILL_BYTES`), and a read that drains the socket is not followed by one that can
 //! only return EAGAIN. A TLS connection's bytes are encrypted here: it gets the read
 //! savings but not the HTTP/2 write gathering.
 
