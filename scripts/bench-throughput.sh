@@ -48,14 +48,15 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 
 # start_weir NAME EXTRA_RECEIVER_YAML [WRAPPER...]: weir on $SERVER_CORE (inside WRAPPER,
 # e.g. scripts/run-in-cgroup.sh, which execs it); sets ${NAME}_{PID,HTTP,GRPC,ADMIN}.
+# H2_WINDOW, if set, is both servers' http2_stream_window_bytes.
 start_weir() {
   local name=$1 extra=$2 http grpc admin pid
   shift 2
   http=$(port); grpc=$(port); admin=$(port)
   cat > "$WORK/$name.yaml" << YAML
 receiver:
-  http_server: {endpoint: "127.0.0.1:$http", middlewares: ["content_decompressor", "throttle"]}
-  grpc_server: {endpoint: "127.0.0.1:$grpc", middlewares: ["content_decompressor", "throttle"]}
+  http_server: {endpoint: "127.0.0.1:$http", middlewares: ["content_decompressor", "throttle"]${H2_WINDOW:+, http2_stream_window_bytes: $H2_WINDOW}}
+  grpc_server: {endpoint: "127.0.0.1:$grpc", middlewares: ["content_decompressor", "throttle"]${H2_WINDOW:+, http2_stream_window_bytes: $H2_WINDOW}}
 $extra
 exporters:
   - {type: blackhole}
@@ -178,11 +179,15 @@ done
 # (auth + GCRA, before any body byte) and by the throttle (memory thresholds set so low
 # that the state is Open), against an accepted request on the quota instance.
 echo "== refusal cost"
-start_weir quota "  auth:
+QUOTA_YAML="  auth:
     tenants:
       ok: {}
       limited: {rate: {requests_per_second: 1, burst: 1}}
 $THROTTLE_IN_PATH"
+start_weir quota "$QUOTA_YAML"
+# The same with a 64 KiB HTTP/2 stream window: a client can push only that much of a
+# body before weir has answered.
+H2_WINDOW=65535 start_weir quota64k "$QUOTA_YAML"
 # The throttle needs a memory limit to read a memory level: a real cgroup (128 MiB) whose
 # lines sit well below what weir uses even at rest after jemalloc has purged (a few MiB,
 # about 0.017 of the limit; hard is 0.005), so the state is Open from the first sample.
@@ -226,6 +231,12 @@ refusal "request quota (429), h2c, 512x10 body sent" quota h2c 512x10 "-H x-bk-t
 refusal "request quota (RESOURCE_EXHAUSTED), gRPC, 512x10 body sent" quota grpc 512x10 "-H x-bk-token:limited"
 refusal "throttle Open (503), h2c, 512x10 body sent" open h2c 512x10 ""
 refusal "throttle Open (UNAVAILABLE), gRPC, 512x10 body sent" open grpc 512x10 ""
+read -r acc64_us acc64_ok _ <<< "$(cost_per_request quota64k h2c 512x10 "-H x-bk-token:ok")"
+[ "$acc64_ok" -eq "$REJ_N" ] || { echo "64 KiB window: accepted only $acc64_ok of $REJ_N" >&2; exit 1; }
+REFUSAL_ROWS+=("$(awk -v u="$acc64_us" -v a="$acc_us" 'BEGIN {printf "| accepted 512x10, h2c, http2_stream_window_bytes 65535 | %s | %.1f%% |", u, 100 * u / a}')")
+echo "${REFUSAL_ROWS[-1]}"
+refusal "request quota (429), h2c, 512x10 body sent, http2_stream_window_bytes 65535" quota64k h2c 512x10 "-H x-bk-token:limited"
+refusal "request quota (RESOURCE_EXHAUSTED), gRPC, 512x10 body sent, http2_stream_window_bytes 65535" quota64k grpc 512x10 "-H x-bk-token:limited"
 refusal "request quota (429), h2c, 2-byte body: weir's own work per refusal" quota h2c tiny "-H x-bk-token:limited"
 refusal "throttle Open (503), h2c, 2-byte body: weir's own work per refusal" open h2c tiny ""
 

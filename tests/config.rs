@@ -16,6 +16,7 @@ fn defaults_fill_in() {
     assert_eq!(c.admin.endpoint, "0.0.0.0:8888");
     assert_eq!(c.receiver.http_server.max_request_body_bytes, 64 << 20);
     assert_eq!(c.receiver.grpc_server.max_recv_msg_size_bytes, 64 << 20);
+    assert_eq!((c.receiver.http_server.http2_stream_window_bytes, c.receiver.grpc_server.http2_stream_window_bytes), (1 << 20, 1 << 20));
     assert_eq!(c.pipeline.queue.max_bytes, 64 << 20);
     let t = &c.receiver.throttle;
     assert!(t.enabled);
@@ -48,6 +49,14 @@ fn every_rule_names_its_key() {
         ("exporters: [{type: blackhole}]\nbogus: 1", "bogus"),
         ("exporters: [{type: blackhole}]\nreceiver: {throttle: {queue_delay: {target: 0s}}}", "receiver.throttle.queue_delay.target"),
         ("exporters: [{type: blackhole}]\nreceiver: {http_server: {endpoint: nope}}", "receiver.http_server.endpoint"),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {grpc_server: {http2_stream_window_bytes: 16384}}",
+            "receiver.grpc_server.http2_stream_window_bytes: must be between 65535 and 2147483647, got 16384",
+        ),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {http_server: {http2_stream_window_bytes: 4294967295}}",
+            "receiver.http_server.http2_stream_window_bytes",
+        ),
         ("exporters: [{type: blackhole}]\nreceiver: {grpc_server: {endpoint: \"host:99999\"}}", "receiver.grpc_server.endpoint"),
         (
             "exporters: [{type: blackhole}]\nreceiver: {http_server: {middlewares: [gzipper]}}",

@@ -343,3 +343,51 @@ async fn a_full_inflight_cap_queues_for_max_inflight_wait() {
 async fn post_owned(url: String, body: Vec<u8>) -> u16 {
     client().post(url).header("content-type", "application/x-protobuf").body(body).send().await.unwrap().status().as_u16()
 }
+
+/// What an h2 client may send on a fresh stream before weir reads anything: the stream
+/// window weir announced (capped by the connection window, which weir raises to 1 MiB).
+async fn first_stream_capacity(addr: std::net::SocketAddr, path: &str) -> u32 {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The client's own send buffer (400 KiB by default) must not be the limit seen.
+    let (mut h2, conn) =
+        h2::client::Builder::new().max_send_buffer_size(4 << 20).handshake::<_, bytes::Bytes>(tcp).await.expect("h2 handshake");
+    tokio::spawn(conn);
+    let post = |path: &str| {
+        axum::http::Request::post(format!("http://{addr}{path}")).header("content-type", "application/x-protobuf").body(()).unwrap()
+    };
+    // One whole request first, so weir's SETTINGS and connection WINDOW_UPDATE are in.
+    h2 = h2.ready().await.unwrap();
+    let (resp, mut body) = h2.send_request(post(path), false).unwrap();
+    body.send_data(traces("window", 1, 1).encode_to_vec().into(), true).unwrap();
+    assert_eq!(resp.await.unwrap().status(), 200);
+    h2 = h2.ready().await.unwrap();
+    let (_resp, mut body) = h2.send_request(post(path), false).unwrap();
+    body.reserve_capacity(4 << 20);
+    let mut seen = 0;
+    // Capacity comes as it is granted; take the largest seen within a moment.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(300);
+    while let Ok(Some(cap)) = tokio::time::timeout_at(deadline, std::future::poll_fn(|cx| body.poll_capacity(cx))).await {
+        seen = seen.max(cap.unwrap() as u32);
+    }
+    seen
+}
+
+/// `http2_stream_window_bytes` is what a client sees: 64 KiB where configured (a refused
+/// request then costs weir at most that much received and discarded), 1 MiB by default.
+#[tokio::test]
+async fn the_http2_stream_window_is_what_the_config_says() {
+    let yaml = base_yaml(std::path::Path::new("{dir}"), "").replace(
+        "    middlewares: [\"logging\", \"content_decompressor\"]\n  grpc_server:",
+        "    middlewares: [\"logging\", \"content_decompressor\"]\n    http2_stream_window_bytes: 65535\n  grpc_server:",
+    );
+    assert!(yaml.contains("http2_stream_window_bytes: 65535"), "{yaml}");
+    let w = start_yaml(&yaml).await;
+    let small = first_stream_capacity(w.app.http_addr.unwrap(), "/v1/traces").await;
+    assert_eq!(small, 65535, "configured stream window");
+    let w2 = start_default().await;
+    let default = first_stream_capacity(w2.app.http_addr.unwrap(), "/v1/traces").await;
+    // The connection window (also 1 MiB) may still be short of the first request's few
+    // body bytes, not yet given back.
+    let full = weir::config::DEFAULT_H2_STREAM_WINDOW;
+    assert!((full - 1024..=full).contains(&default), "default stream window: {default}, want about {full}");
+}

@@ -14,7 +14,10 @@ pub use exporter::{
     RetryConfig,
 };
 pub use pipeline::{BatchConfig, PipelineConfig, QueueConfig};
-pub use receiver::{AuthConfig, GrpcServerConfig, HttpServerConfig, RateConfig, ReceiverConfig, TenantConfig, TlsConfig};
+pub use receiver::{
+    AuthConfig, GrpcServerConfig, HttpServerConfig, RateConfig, ReceiverConfig, TenantConfig, TlsConfig, DEFAULT_H2_STREAM_WINDOW,
+    MAX_H2_STREAM_WINDOW, MIN_H2_STREAM_WINDOW,
+};
 pub use throttle::{Priority, RetryAfterConfig, Rule, RuleConfig, RulesConfig, SignalConfig, SlotConfig, ThresholdsConfig, ThrottleConfig};
 
 use figment::providers::{Env, Format, Serialized, Yaml};

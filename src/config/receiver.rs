@@ -22,6 +22,18 @@ pub struct ReceiverConfig {
     pub throttle: super::ThrottleConfig,
 }
 
+/// The default HTTP/2 stream window: 1 MiB, hyper's default, which lets a typical
+/// OTLP request (a few hundred KB) arrive without waiting for a WINDOW_UPDATE.
+pub const DEFAULT_H2_STREAM_WINDOW: u32 = 1024 * 1024;
+
+/// The smallest stream window accepted. The protocol allows less, but below its own
+/// default (65535) some clients stall (seen with h2load at 16384: streams that never
+/// finish), and nothing is gained that 65535 does not give.
+pub const MIN_H2_STREAM_WINDOW: u32 = 65_535;
+
+/// The largest window HTTP/2 can express (RFC 9113 6.9.1).
+pub const MAX_H2_STREAM_WINDOW: u32 = (1 << 31) - 1;
+
 /// OTLP/HTTP server.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -34,6 +46,13 @@ pub struct HttpServerConfig {
     pub middlewares: Vec<String>,
     /// Limit for the wire body and for the body after decompression.
     pub max_request_body_bytes: usize,
+    /// HTTP/2: how many body bytes a client may send on one stream before weir has
+    /// read them (the initial stream flow-control window). A refusal comes before any
+    /// body byte is read, but whatever the client has already sent must still be
+    /// received and thrown away: a smaller window makes a refused large request cheaper,
+    /// an accepted one a little dearer (more WINDOW_UPDATE round trips). At least 65535
+    /// (the protocol's default).
+    pub http2_stream_window_bytes: u32,
     /// Optional TLS.
     pub tls: Option<TlsConfig>,
 }
@@ -45,6 +64,7 @@ impl Default for HttpServerConfig {
             endpoint: "0.0.0.0:4318".into(),
             middlewares: vec!["logging".into(), "content_decompressor".into(), "throttle".into()],
             max_request_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            http2_stream_window_bytes: DEFAULT_H2_STREAM_WINDOW,
             tls: None,
         }
     }
@@ -62,6 +82,13 @@ pub struct GrpcServerConfig {
     pub middlewares: Vec<String>,
     /// Largest accepted message, compressed on the wire or decompressed.
     pub max_recv_msg_size_bytes: usize,
+    /// HTTP/2: how many body bytes a client may send on one stream before weir has
+    /// read them (the initial stream flow-control window). A refusal comes before any
+    /// body byte is read, but whatever the client has already sent must still be
+    /// received and thrown away: a smaller window makes a refused large request cheaper,
+    /// an accepted one a little dearer (more WINDOW_UPDATE round trips). At least 65535
+    /// (the protocol's default).
+    pub http2_stream_window_bytes: u32,
     /// Optional TLS.
     pub tls: Option<TlsConfig>,
 }
@@ -73,6 +100,7 @@ impl Default for GrpcServerConfig {
             endpoint: "0.0.0.0:4317".into(),
             middlewares: vec!["logging".into(), "content_decompressor".into(), "throttle".into()],
             max_recv_msg_size_bytes: DEFAULT_MAX_BODY_BYTES,
+            http2_stream_window_bytes: DEFAULT_H2_STREAM_WINDOW,
             tls: None,
         }
     }
@@ -182,6 +210,14 @@ impl ReceiverConfig {
         }
         if g.max_recv_msg_size_bytes == 0 {
             return Err(ConfigError::invalid("receiver.grpc_server.max_recv_msg_size_bytes", "must be > 0"));
+        }
+        for (name, window) in [("http_server", h.http2_stream_window_bytes), ("grpc_server", g.http2_stream_window_bytes)] {
+            if !(MIN_H2_STREAM_WINDOW..=MAX_H2_STREAM_WINDOW).contains(&window) {
+                return Err(ConfigError::invalid(
+                    format!("receiver.{name}.http2_stream_window_bytes"),
+                    format!("must be between {MIN_H2_STREAM_WINDOW} and {MAX_H2_STREAM_WINDOW}, got {window}"),
+                ));
+            }
         }
         for (name, tls) in [("http_server", &h.tls), ("grpc_server", &g.tls)] {
             if let Some(tls) = tls {

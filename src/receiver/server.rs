@@ -93,12 +93,14 @@ pub fn tls_acceptor(name: &'static str, tls: &TlsConfig, alpn: &[&[u8]]) -> Resu
 /// Locally reset HTTP/2 streams one connection may cause before it is sent GOAWAY.
 const H2_MAX_LOCAL_RESETS: usize = 100_000;
 
-/// Binds `endpoint` and serves `app` until shut down.
+/// Binds `endpoint` and serves `app` until shut down; `h2_stream_window` is the HTTP/2
+/// initial stream window (`http2_stream_window_bytes`).
 pub async fn serve(
     name: &'static str,
     endpoint: &str,
     tls: Option<tokio_rustls::TlsAcceptor>,
     max_conns: Option<usize>,
+    h2_stream_window: u32,
     app: Router,
     tracker: Option<std::sync::Arc<super::conntrack::ConnRegistry>>,
 ) -> Result<ServerHandle, ServerError> {
@@ -122,6 +124,9 @@ pub async fn serve(
         // connections to keep it honest). The cap stays, to bound reset floods, but high
         // enough that refusals alone do not reach it soon.
         builder.http2().max_local_error_reset_streams(H2_MAX_LOCAL_RESETS);
+        // The connection window never starves the streams: at least hyper's 1 MiB, and
+        // no less than one stream's window.
+        builder.http2().initial_stream_window_size(h2_stream_window).initial_connection_window_size(h2_stream_window.max(1 << 20));
         loop {
             // With a cap, wait for a free slot before accepting: excess clients queue in
             // the kernel's backlog instead of costing memory here.
