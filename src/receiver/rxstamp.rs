@@ -332,11 +332,7 @@ mod tests {
     /// that wait; bytes read as they arrive report a much shorter one.
     #[tokio::test]
     async fn a_read_reports_how_long_its_bytes_waited() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut client = std::net::TcpStream::connect(addr).unwrap();
-        let (server, _) = listener.accept().await.unwrap();
-        let mut server = Stamped::new(server);
+        let (mut client, mut server) = pair().await;
         let stamp = server.stamp();
         assert!(server.on, "SO_TIMESTAMPNS is available on Linux TCP sockets");
         assert_eq!(stamp.waited_nanos(), None, "nothing read yet");
