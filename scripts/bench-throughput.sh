@@ -10,7 +10,10 @@
 #
 # Environment (no WEIR_ names: weir reads those as config): RUNS (3), SPANS_PER_RUN (3000000: requests per run = this / spans per
 # request), CELLS (space-separated "protocol/body" list, default all), SERVER_CORE (0),
-# LOAD_CORE (1), CRITERION_ARGS (e.g. "--measurement-time 1" for a smoke run), SERVER_BIN (target/release/weir: another build to compare), OUT (bench/results/<date>/throughput.md), SKIP_DECODE_BENCH=1.
+# LOAD_CORE (1), CRITERION_ARGS (e.g. "--measurement-time 1" for a smoke run), SERVER_BIN (target/release/weir: another build to compare), OUT (bench/results/<date>/throughput.md), SKIP_DECODE_BENCH=1,
+# SMOKE=1 (CI: the debug build the tests already compiled, no criterion, 600 accepted
+# requests as the refusal baseline; it checks the script and weir's counts, and its
+# numbers measure nothing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,10 +33,18 @@ command -v h2load > /dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninte
 [ -x target/pyvenv-bench/bin/python ] || python3 -m venv target/pyvenv-bench
 target/pyvenv-bench/bin/pip install -q --disable-pip-version-check opentelemetry-proto grpcio
 
-cargo build -q --release --bin weir --example throughput_bodies
-SERVER_BIN=${SERVER_BIN:-./target/release/weir}
+# A release build takes minutes on a 2-core machine; the smoke run in CI reuses the
+# debug build the tests made.
+PROFILE_DIR=release
+if [ -n "${SMOKE:-}" ]; then
+  PROFILE_DIR=debug SKIP_DECODE_BENCH=1
+  cargo build -q --bin weir --example throughput_bodies
+else
+  cargo build -q --release --bin weir --example throughput_bodies
+fi
+SERVER_BIN=${SERVER_BIN:-./target/$PROFILE_DIR/weir}
 BODIES=target/throughput/bodies
-./target/release/examples/throughput_bodies "$BODIES"
+"./target/$PROFILE_DIR/examples/throughput_bodies" "$BODIES"
 
 WORK=$(mktemp -d)
 PIDS=()
@@ -210,18 +221,22 @@ REJ_N=$((SPANS_PER_RUN / 512 * 2))
 # no body bytes to receive.
 printf '\x0a\x00' > "$BODIES/tiny.pb"
 printf '\x00\x00\x00\x00\x02\x0a\x00' > "$BODIES/tiny.grpc"
-cost_per_request() { # cost_per_request NAME PROTO BODY EXTRA -> "µs-per-request ok refused"
-  local acc cpu wall peak ok refused mean max
-  run_once "$1" "$2" "$3" $((REJ_N / 5)) "$4" > /dev/null
-  read -r acc cpu wall peak ok refused mean max <<< "$(run_once "$1" "$2" "$3" "$REJ_N" "$4")"
-  echo "$(awk -v c="$cpu" -v n="$REJ_N" 'BEGIN {printf "%.1f", c / n * 1e6}') $ok $refused"
+# Accepted requests, the baseline: as many as the refusals, except in a smoke run (a debug
+# build decodes slowly).
+ACC_N=$REJ_N
+[ -n "${SMOKE:-}" ] && ACC_N=600
+cost_per_request() { # cost_per_request NAME PROTO BODY EXTRA N -> "µs-per-request ok refused"
+  local acc cpu wall peak ok refused mean max n=$5
+  run_once "$1" "$2" "$3" $((n / 5)) "$4" > /dev/null
+  read -r acc cpu wall peak ok refused mean max <<< "$(run_once "$1" "$2" "$3" "$n" "$4")"
+  echo "$(awk -v c="$cpu" -v n="$n" 'BEGIN {printf "%.1f", c / n * 1e6}') $ok $refused"
 }
 REFUSAL_ROWS=()
-read -r acc_us acc_ok _ <<< "$(cost_per_request quota h2c 512x10 "-H x-bk-token:ok")"
-[ "$acc_ok" -eq "$REJ_N" ] || { echo "accepted only $acc_ok of $REJ_N" >&2; exit 1; }
+read -r acc_us acc_ok _ <<< "$(cost_per_request quota h2c 512x10 "-H x-bk-token:ok" "$ACC_N")"
+[ "$acc_ok" -eq "$ACC_N" ] || { echo "accepted only $acc_ok of $ACC_N" >&2; exit 1; }
 refusal() { # refusal LABEL NAME PROTO BODY EXTRA
   local us ok refused
-  read -r us ok refused <<< "$(cost_per_request "$2" "$3" "$4" "$5")"
+  read -r us ok refused <<< "$(cost_per_request "$2" "$3" "$4" "$5" "$REJ_N")"
   # The quota grants one request per second: a run may see one or two successes.
   [ "$refused" -ge $((REJ_N - 3)) ] || { echo "$1: only $refused of $REJ_N refused" >&2; exit 1; }
   REFUSAL_ROWS+=("$(awk -v l="$1" -v u="$us" -v a="$acc_us" 'BEGIN {printf "| %s | %s | %.1f%% |", l, u, 100 * u / a}')")
@@ -231,8 +246,8 @@ refusal "request quota (429), h2c, 512x10 body sent" quota h2c 512x10 "-H x-bk-t
 refusal "request quota (RESOURCE_EXHAUSTED), gRPC, 512x10 body sent" quota grpc 512x10 "-H x-bk-token:limited"
 refusal "throttle Open (503), h2c, 512x10 body sent" open h2c 512x10 ""
 refusal "throttle Open (UNAVAILABLE), gRPC, 512x10 body sent" open grpc 512x10 ""
-read -r acc64_us acc64_ok _ <<< "$(cost_per_request quota64k h2c 512x10 "-H x-bk-token:ok")"
-[ "$acc64_ok" -eq "$REJ_N" ] || { echo "64 KiB window: accepted only $acc64_ok of $REJ_N" >&2; exit 1; }
+read -r acc64_us acc64_ok _ <<< "$(cost_per_request quota64k h2c 512x10 "-H x-bk-token:ok" "$ACC_N")"
+[ "$acc64_ok" -eq "$ACC_N" ] || { echo "64 KiB window: accepted only $acc64_ok of $ACC_N" >&2; exit 1; }
 REFUSAL_ROWS+=("$(awk -v u="$acc64_us" -v a="$acc_us" 'BEGIN {printf "| accepted 512x10, h2c, http2_stream_window_bytes 65535 | %s | %.1f%% |", u, 100 * u / a}')")
 echo "${REFUSAL_ROWS[-1]}"
 refusal "request quota (429), h2c, 512x10 body sent, http2_stream_window_bytes 65535" quota64k h2c 512x10 "-H x-bk-token:limited"
@@ -241,7 +256,8 @@ refusal "request quota (429), h2c, 2-byte body: weir's own work per refusal" quo
 refusal "throttle Open (503), h2c, 2-byte body: weir's own work per refusal" open h2c tiny ""
 
 # Decode-only: criterion, pinned to the same core, system allocator and jemalloc.
-decode_rate() { # decode_rate BENCH GROUP -> spans/s from criterion's median
+decode_rate() { # decode_rate BENCH GROUP -> spans/s from criterion's median ("n/a": not run)
+  [ -f "target/criterion/$2/$1/new/estimates.json" ] || { echo n/a; return; }
   python3 -c 'import json,sys; e=json.load(open(sys.argv[1])); print(round(int(sys.argv[2]) / (e["median"]["point_estimate"] * 1e-9)))' \
     "target/criterion/$2/$1/new/estimates.json" "$3"
 }
@@ -266,7 +282,8 @@ mkdir -p "$(dirname "$OUT")"
   echo "# Throughput, $(date -u +%F)"
   echo
   echo "\`bash scripts/bench-throughput.sh\` (RUNS=$RUNS, SPANS_PER_RUN=$SPANS_PER_RUN) at $(git rev-parse --short HEAD)$DIRTY."
-  echo "weir (release, blackhole exporter, throttle on every request with its CPU lines out of reach and slow start off, so it decides but does not shed) pinned to CPU $SERVER_CORE; h2load pinned to CPU $LOAD_CORE."
+  [ -n "${SMOKE:-}" ] && echo "SMOKE run: a debug build and $ACC_N accepted requests as the refusal baseline; it checks the script and weir's counts, and its numbers measure nothing." && echo
+  echo "weir ($PROFILE_DIR, blackhole exporter, throttle on every request with its CPU lines out of reach and slow start off, so it decides but does not shed) pinned to CPU $SERVER_CORE; h2load pinned to CPU $LOAD_CORE."
   echo "Machine: $(nproc) CPUs, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)."
   echo
   echo "## End to end"
@@ -292,7 +309,7 @@ mkdir -p "$(dirname "$OUT")"
     proto=${cell%%/*} body=${cell#*/} shape=${body%.gz}
     eval "sys=\$DECODE_SYS_${shape} jem=\$DECODE_JEM_${shape}"
     awk -v p="$proto" -v b="$body" -v e="${CELL_CPU_RATE[$cell]}" -v s="$sys" -v j="$jem" \
-      'BEGIN {printf "| %s | %s | %.0f%% | %.0f%% |\n", p, b, 100 * e / s, 100 * e / j}'
+      'function pct(d) {return d == "n/a" ? "n/a" : sprintf("%.0f%%", 100 * e / d)} BEGIN {printf "| %s | %s | %s | %s |\n", p, b, pct(s), pct(j)}'
   done
   echo
   echo "## Refusals ($REJ_N requests each, 4 connections x 4 streams)"
