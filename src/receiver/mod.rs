@@ -6,6 +6,7 @@ pub mod conntrack;
 pub mod decode;
 pub mod grpc;
 pub mod http;
+pub mod inline;
 pub mod middleware;
 pub mod promrw;
 pub mod pyroscope;
@@ -19,9 +20,29 @@ use crate::telemetry::names;
 use response::ApiError;
 use std::sync::Arc;
 
-/// The authenticated tenant of a request (its token), in the request's extensions.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tenant(pub Arc<str>);
+/// The authenticated tenant of a request (its token), in the request's extensions, with
+/// its counters.
+#[derive(Debug, Clone)]
+pub struct Tenant(pub Arc<str>, pub Arc<TenantCounters>);
+
+impl PartialEq for Tenant {
+    fn eq(&self, other: &Tenant) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for Tenant {}
+
+/// One tenant's counters, each registered the first time it counts and then kept: a
+/// registry lookup hashes and compares four labels, and a refused request should not pay
+/// for that (the tenant-less tables are in [`RequestMetrics`]).
+#[derive(Debug, Default)]
+pub struct TenantCounters {
+    /// `weir_quota_rejected_total` for this tenant.
+    pub quota_rejected: std::sync::OnceLock<metrics::Counter>,
+    /// [protocol][signal][outcome].
+    requests: [[[std::sync::OnceLock<metrics::Counter>; OUTCOMES.len()]; SIGNAL_LABELS.len()]; 2],
+}
 
 impl Tenant {
     /// The metric label value: the tenant, or `none` without auth. Shares the token's
@@ -182,6 +203,11 @@ pub fn count_request(
     let tables = RequestMetrics::get().zip(index_of(&SIGNAL_LABELS, signal));
     match (tables, index_of(&OUTCOMES, outcome), tenant) {
         (Some((m, s)), Some(o), None) => m.requests[p][s][o].increment(1),
+        (Some((_, s)), Some(o), Some(t)) => t.1.requests[p][s][o]
+            .get_or_init(|| {
+                metrics::counter!(names::REQUESTS, "protocol" => protocol.as_str(), "signal" => signal, "outcome" => outcome, "tenant" => Tenant::label(tenant))
+            })
+            .increment(1),
         _ => metrics::counter!(names::REQUESTS, "protocol" => protocol.as_str(), "signal" => signal, "outcome" => outcome, "tenant" => Tenant::label(tenant))
             .increment(1),
     }

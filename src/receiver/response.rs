@@ -129,19 +129,84 @@ impl ApiError {
         rpc::Status { code: self.grpc_code() as i32, message: self.to_string(), details }
     }
 
+    /// The message, borrowed where the error carries it.
+    fn message(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            ApiError::BadRequest(m) | ApiError::UnsupportedMediaType(m) | ApiError::PayloadTooLarge(m) | ApiError::Unauthenticated(m) => {
+                m.as_str().into()
+            }
+            ApiError::QueueFull { message, .. } | ApiError::Throttled { message, .. } => message.as_str().into(),
+            other => other.to_string().into(),
+        }
+    }
+
+    /// [`ApiError::rpc_status`], encoded straight into one buffer: refusals are answered
+    /// under overload, so this skips the message copy and the four allocations of
+    /// building the `Status`, `Any` and `RetryInfo` values first.
+    pub fn encode_rpc_status(&self) -> Vec<u8> {
+        use prost::encoding::{encode_varint, encoded_len_varint};
+        fn field(out: &mut Vec<u8>, tag: u8, len: usize) {
+            out.push(tag);
+            encode_varint(len as u64, out);
+        }
+        let message = self.message();
+        let code = self.grpc_code() as i32;
+        // RetryInfo { retry_delay: Duration { seconds, nanos } }, as an Any.
+        let (duration_len, retry_len, any_len) = match self.retry_after() {
+            Some(d) => {
+                let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
+                let duration_len = if secs == 0 { 0 } else { 1 + encoded_len_varint(secs) }
+                    + if nanos == 0 { 0 } else { 1 + encoded_len_varint(u64::from(nanos)) };
+                let retry_len = 1 + encoded_len_varint(duration_len as u64) + duration_len;
+                let any_len = 1
+                    + encoded_len_varint(RETRY_INFO_URL.len() as u64)
+                    + RETRY_INFO_URL.len()
+                    + 1
+                    + encoded_len_varint(retry_len as u64)
+                    + retry_len;
+                (duration_len, retry_len, any_len)
+            }
+            None => (0, 0, 0),
+        };
+        let mut out = Vec::with_capacity(16 + message.len() + any_len);
+        if code != 0 {
+            out.push(0x08);
+            encode_varint(code as u64, &mut out);
+        }
+        if !message.is_empty() {
+            field(&mut out, 0x12, message.len());
+            out.extend_from_slice(message.as_bytes());
+        }
+        if let Some(d) = self.retry_after() {
+            field(&mut out, 0x1a, any_len);
+            field(&mut out, 0x0a, RETRY_INFO_URL.len());
+            out.extend_from_slice(RETRY_INFO_URL.as_bytes());
+            field(&mut out, 0x12, retry_len);
+            field(&mut out, 0x0a, duration_len);
+            if d.as_secs() != 0 {
+                out.push(0x08);
+                encode_varint(d.as_secs(), &mut out);
+            }
+            if d.subsec_nanos() != 0 {
+                out.push(0x10);
+                encode_varint(u64::from(d.subsec_nanos()), &mut out);
+            }
+        }
+        out
+    }
+
     /// As an HTTP response, the body a `google.rpc.Status` in `format`.
     pub fn into_http(self, format: Format) -> Response<Body> {
-        let status = self.rpc_status();
         let body = match format {
             Format::Json => {
                 let mut out = String::from("{\"code\":");
-                out.push_str(&status.code.to_string());
+                out.push_str(&(self.grpc_code() as i32).to_string());
                 out.push_str(",\"message\":");
-                crate::otlp::json::write_json_str(&mut out, &status.message);
+                crate::otlp::json::write_json_str(&mut out, &self.message());
                 out.push('}');
                 out.into_bytes()
             }
-            Format::Protobuf => status.encode_to_vec(),
+            Format::Protobuf => self.encode_rpc_status(),
         };
         let mut resp = Response::new(Body::from(body));
         *resp.status_mut() = self.http_status();
@@ -156,8 +221,8 @@ impl ApiError {
 
     /// As a tonic status, with `grpc-status-details-bin` carrying the `google.rpc.Status`.
     pub fn into_grpc_status(self) -> tonic::Status {
-        let details = self.rpc_status().encode_to_vec();
-        tonic::Status::with_details(self.grpc_code(), self.to_string(), details.into())
+        let details = self.encode_rpc_status();
+        tonic::Status::with_details(self.grpc_code(), self.message().into_owned(), details.into())
     }
 
     /// As a complete gRPC HTTP response (for middlewares that answer before tonic runs).
@@ -166,11 +231,14 @@ impl ApiError {
     }
 }
 
+/// The `type_url` of a `google.rpc.RetryInfo` in an `Any`.
+const RETRY_INFO_URL: &str = "type.googleapis.com/google.rpc.RetryInfo";
+
 /// A `google.protobuf.Any` holding a `google.rpc.RetryInfo`.
 pub fn retry_info_any(delay: Duration) -> prost_types::Any {
     let info =
         rpc::RetryInfo { retry_delay: Some(prost_types::Duration { seconds: delay.as_secs() as i64, nanos: delay.subsec_nanos() as i32 }) };
-    prost_types::Any { type_url: "type.googleapis.com/google.rpc.RetryInfo".into(), value: info.encode_to_vec() }
+    prost_types::Any { type_url: RETRY_INFO_URL.into(), value: info.encode_to_vec() }
 }
 
 #[cfg(test)]
@@ -207,6 +275,31 @@ mod tests {
         assert_eq!(status.code(), Code::ResourceExhausted);
         let delay = crate::exporter::retry_delay_of(&status);
         assert_eq!(delay, Some(Duration::from_millis(1500)));
+    }
+
+    /// The hand-written encoder gives exactly prost's bytes for every kind of error and
+    /// for delays with and without whole seconds or nanoseconds.
+    #[test]
+    fn encode_rpc_status_matches_prost() {
+        let long = "x".repeat(300); // a two-byte length prefix
+        let cases = [
+            ApiError::BadRequest(String::new()),
+            ApiError::BadRequest(long.clone()),
+            ApiError::Unauthenticated("unknown token".into()),
+            ApiError::MethodNotAllowed("GET".into()),
+            ApiError::NotFound("/x".into()),
+            ApiError::ShuttingDown,
+            ApiError::QueueFull { message: "full".into(), retry_after: Duration::from_secs(3) },
+            ApiError::Throttled { message: "shed".into(), retry_after: Duration::from_millis(1500), open: false },
+            ApiError::Throttled { message: long, retry_after: Duration::from_millis(250), open: true },
+            ApiError::Throttled { message: "q".into(), retry_after: Duration::ZERO, open: false },
+            ApiError::Throttled { message: "q".into(), retry_after: Duration::new(1 << 40, 999_999_999), open: false },
+        ];
+        for e in cases {
+            let direct = e.encode_rpc_status();
+            assert_eq!(direct, e.rpc_status().encode_to_vec(), "{e:?}");
+            assert_eq!(rpc::Status::decode(direct.as_slice()).unwrap(), e.rpc_status(), "{e:?}");
+        }
     }
 
     #[test]

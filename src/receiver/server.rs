@@ -1,12 +1,13 @@
 //! One listener loop for both receivers: optional TLS (rustls), an optional connection
 //! cap (`maxconns`), HTTP/1.1 and HTTP/2 (h2c or ALPN), and graceful shutdown.
 
+use super::inline::{ConnExec, InlineFirst, ProbeBody};
 use crate::config::TlsConfig;
 use crate::telemetry::names;
 use axum::http::Request;
 use axum::Router;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use std::net::SocketAddr;
@@ -93,6 +94,24 @@ pub fn tls_acceptor(name: &'static str, tls: &TlsConfig, alpn: &[&[u8]]) -> Resu
 /// Locally reset HTTP/2 streams one connection may cause before it is sent GOAWAY.
 const H2_MAX_LOCAL_RESETS: usize = 100_000;
 
+/// The HTTP/1.1 + HTTP/2 server for one connection, with that connection's executor.
+fn conn_builder(exec: ConnExec, h2_stream_window: u32) -> auto::Builder<ConnExec> {
+    let mut builder = auto::Builder::new(exec);
+    // An early refusal (throttle, quota) answers before the request body has arrived
+    // and resets the rest of the stream; a client that was already sending keeps
+    // sending DATA on it, and h2 counts each such stream as a local error reset. At
+    // the default cap (1024 per connection, for its whole life) a client being
+    // throttled gets GOAWAY ENHANCE_YOUR_CALM and loses every stream in flight (seen
+    // with h2load; `scripts/bench-throughput.sh` refuses 6000 requests on 4
+    // connections to keep it honest). The cap stays, to bound reset floods, but high
+    // enough that refusals alone do not reach it soon.
+    builder.http2().max_local_error_reset_streams(H2_MAX_LOCAL_RESETS);
+    // The connection window never starves the streams: at least hyper's 1 MiB, and
+    // no less than one stream's window.
+    builder.http2().initial_stream_window_size(h2_stream_window).initial_connection_window_size(h2_stream_window.max(1 << 20));
+    builder
+}
+
 /// Binds `endpoint` and serves `app` until shut down; `h2_stream_window` is the HTTP/2
 /// initial stream window (`http2_stream_window_bytes`).
 pub async fn serve(
@@ -114,19 +133,6 @@ pub async fn serve(
     let limit = max_conns.map(|n| Arc::new(Semaphore::new(n)));
     let task = tokio::spawn(async move {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        // An early refusal (throttle, quota) answers before the request body has arrived
-        // and resets the rest of the stream; a client that was already sending keeps
-        // sending DATA on it, and h2 counts each such stream as a local error reset. At
-        // the default cap (1024 per connection, for its whole life) a client being
-        // throttled gets GOAWAY ENHANCE_YOUR_CALM and loses every stream in flight (seen
-        // with h2load; `scripts/bench-throughput.sh` refuses 6000 requests on 4
-        // connections to keep it honest). The cap stays, to bound reset floods, but high
-        // enough that refusals alone do not reach it soon.
-        builder.http2().max_local_error_reset_streams(H2_MAX_LOCAL_RESETS);
-        // The connection window never starves the streams: at least hyper's 1 MiB, and
-        // no less than one stream's window.
-        builder.http2().initial_stream_window_size(h2_stream_window).initial_connection_window_size(h2_stream_window.max(1 << 20));
         loop {
             // With a cap, wait for a free slot before accepting: excess clients queue in
             // the kernel's backlog instead of costing memory here.
@@ -159,10 +165,12 @@ pub async fn serve(
             let stamp = stream.stamp();
             let svc = TowerToHyperService::new(tower::ServiceExt::map_request(app.clone(), move |mut req: Request<Incoming>| {
                 req.extensions_mut().insert(stamp.clone());
-                req
+                req.map(ProbeBody::new)
             }));
             let tls = tls.clone();
-            let builder = builder.clone();
+            // Streams are queued for this connection's task to poll once (`inline`).
+            let exec = ConnExec::default();
+            let builder = conn_builder(exec.clone(), h2_stream_window);
             let watcher = graceful.watcher();
             tokio::spawn(async move {
                 let _permit = permit;
@@ -170,14 +178,26 @@ pub async fn serve(
                 gauge.increment(1.0);
                 let result = match tls {
                     Some(acceptor) => match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
-                        Ok(Ok(s)) => watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(s), svc).into_owned()).await,
+                        Ok(Ok(s)) => {
+                            InlineFirst::new(
+                                watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(s), svc).into_owned()),
+                                &exec,
+                            )
+                            .await
+                        }
                         Ok(Err(e)) => {
                             tracing::debug!(server = name, %peer, error = %e, "TLS handshake failed");
                             Ok(())
                         }
                         Err(_) => Ok(()),
                     },
-                    None => watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned()).await,
+                    None => {
+                        InlineFirst::new(
+                            watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned()),
+                            &exec,
+                        )
+                        .await
+                    }
                 };
                 if let Err(e) = result {
                     tracing::debug!(server = name, %peer, error = %e, "connection ended with error");

@@ -109,7 +109,13 @@ impl ThrottleLayer {
         open: bool,
     ) -> Result<Response<Body>, drain::Draining> {
         let err = ApiError::Throttled {
-            message: format!("{what} for {}; retry after {:.1}s", signal.map_or("request", Signal::as_str), retry_after.as_secs_f64()),
+            // Integer formatting: a float's costs more than the rest of the message.
+            message: format!(
+                "{what} for {}; retry after {}.{}s",
+                signal.map_or("request", Signal::as_str),
+                retry_after.as_secs(),
+                retry_after.subsec_millis() / 100
+            ),
             retry_after,
             open,
         };

@@ -4,12 +4,10 @@
 
 use super::{reject, ServerKind};
 use crate::receiver::response::ApiError;
-use crate::receiver::Tenant;
+use crate::receiver::{Tenant, TenantCounters};
 use axum::body::Body;
-use axum::extract::State;
 use axum::http::{header, Request, Response};
-use axum::middleware::Next;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,7 +19,9 @@ pub struct AuthLayerState {
 
 #[derive(Debug)]
 struct AuthPolicy {
-    tokens: HashSet<Arc<str>>,
+    /// Each token, with its tenant's counters (looked up in the metrics registry once,
+    /// not per request).
+    tokens: HashMap<Arc<str>, Arc<TenantCounters>>,
     quotas: crate::quota::Quotas,
 }
 
@@ -36,7 +36,7 @@ impl AuthLayerState {
         if tokens.is_empty() {
             return None;
         }
-        let policy = AuthPolicy { tokens: tokens.iter().map(|t| Arc::from(t.as_str())).collect(), quotas };
+        let policy = AuthPolicy { tokens: token_map(tokens), quotas };
         Some(AuthLayerState { inner: Arc::new(arc_swap::ArcSwap::from_pointee(policy)) })
     }
 
@@ -45,22 +45,18 @@ impl AuthLayerState {
     pub fn reload(&self, auth: &crate::config::AuthConfig) {
         let old = self.inner.load();
         let quotas = crate::quota::Quotas::reloaded(&old.quotas, auth);
-        let tokens = auth.all_tokens().iter().map(|t| Arc::from(t.as_str())).collect();
+        let tokens = token_map(&auth.all_tokens());
         self.inner.store(Arc::new(AuthPolicy { tokens, quotas }));
-    }
-
-    fn find(&self, presented: &str) -> Option<Arc<str>> {
-        self.inner.load().tokens.get(presented).cloned()
     }
 
     /// Takes up to `n` items of `signal` from `tenant`'s item quota; returns how many fit.
     pub fn take_items(&self, tenant: &str, signal: crate::signal::Signal, n: usize) -> usize {
         self.inner.load().quotas.take_items(tenant, signal, n)
     }
+}
 
-    fn check_quota(&self, tenant: &str) -> Result<(), std::time::Duration> {
-        self.inner.load().quotas.check(tenant)
-    }
+fn token_map(tokens: &[String]) -> HashMap<Arc<str>, Arc<TenantCounters>> {
+    tokens.iter().map(|t| (Arc::from(t.as_str()), Arc::default())).collect()
 }
 
 fn presented_token(req: &Request<Body>) -> Option<&str> {
@@ -73,34 +69,81 @@ fn presented_token(req: &Request<Body>) -> Option<&str> {
     req.headers().get("x-bk-token").and_then(|v| v.to_str().ok()).map(str::trim)
 }
 
-pub(super) async fn auth(State((kind, state)): State<(ServerKind, AuthLayerState)>, mut req: Request<Body>, next: Next) -> Response<Body> {
-    let started = Instant::now();
-    let tenant = presented_token(&req).and_then(|t| state.find(t));
-    match tenant {
-        Some(t) => {
-            if let Err(wait) = state.check_quota(&t) {
-                let tenant = Tenant(Arc::clone(&t));
-                metrics::counter!(crate::telemetry::names::QUOTA_REJECTED, "tenant" => Tenant::label(Some(&tenant))).increment(1);
-                req.extensions_mut().insert(tenant);
-                let err = ApiError::Throttled {
-                    message: format!("tenant quota exceeded; next request conforms in {:.3}s", wait.as_secs_f64()),
-                    retry_after: wait,
-                    open: false,
-                };
-                let resp = reject(kind, &req, err, started);
-                return super::drain::finish_async(req, resp).await;
-            }
-            req.extensions_mut().insert(Tenant(t));
-            next.run(req).await
-        }
-        None => {
+/// Builds [`Auth`] services. A tower layer rather than an axum `from_fn`: the decision
+/// (token, then quota) is made in `call`, so a refusal is ready without a boxed future or
+/// a clone of the inner service, and the connection that read the request answers it at
+/// once (see `receiver::server`'s inline executor).
+#[derive(Clone)]
+pub struct AuthLayer {
+    kind: ServerKind,
+    state: AuthLayerState,
+}
+
+impl AuthLayer {
+    /// A layer for one server.
+    pub fn new(kind: ServerKind, state: AuthLayerState) -> Self {
+        AuthLayer { kind, state }
+    }
+}
+
+impl<S> tower::Layer<S> for AuthLayer {
+    type Service = Auth<S>;
+    fn layer(&self, inner: S) -> Auth<S> {
+        Auth { inner, layer: self.clone() }
+    }
+}
+
+/// The authentication middleware.
+#[derive(Clone)]
+pub struct Auth<S> {
+    inner: S,
+    layer: AuthLayer,
+}
+
+impl<S> tower::Service<Request<Body>> for Auth<S>
+where
+    S: tower::Service<Request<Body>, Response = Response<Body>>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = crate::throttle::layer::ResponseFuture<S::Future, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<Body>) -> Self::Future {
+        use crate::throttle::layer::ResponseFuture;
+        let started = Instant::now();
+        let (kind, state) = (self.layer.kind, &self.layer.state);
+        let policy = state.inner.load();
+        let Some((t, counters)) = presented_token(&req).and_then(|t| policy.tokens.get_key_value(t)) else {
             let msg = if presented_token(&req).is_some() {
                 "unknown token"
             } else {
                 "missing token: send Authorization: Bearer <token> or X-BK-TOKEN"
             };
             let resp = reject(kind, &req, ApiError::Unauthenticated(msg.into()), started);
-            super::drain::without_reading(&req, resp)
+            return ResponseFuture::refused(Ok(super::drain::without_reading(&req, resp)));
+        };
+        let tenant = Tenant(Arc::clone(t), Arc::clone(counters));
+        if let Err(wait) = policy.quotas.check(t) {
+            tenant
+                .1
+                .quota_rejected
+                .get_or_init(|| metrics::counter!(crate::telemetry::names::QUOTA_REJECTED, "tenant" => Tenant::label(Some(&tenant))))
+                .increment(1);
+            req.extensions_mut().insert(tenant);
+            let err = ApiError::Throttled {
+                // Integer formatting: a float's costs more than the rest of the message.
+                message: format!("tenant quota exceeded; next request conforms in {}.{:03}s", wait.as_secs(), wait.subsec_millis()),
+                retry_after: wait,
+                open: false,
+            };
+            let resp = reject(kind, &req, err, started);
+            return ResponseFuture::refused(super::drain::finish(req, resp));
         }
+        req.extensions_mut().insert(tenant);
+        ResponseFuture::Inner { fut: self.inner.call(req), guard: None }
     }
 }

@@ -218,7 +218,7 @@ pub fn apply_http(
         };
     }
     if let Some(auth) = auth {
-        router = router.layer(from_fn_with_state((ServerKind::Http, auth), auth::auth));
+        router = router.layer(auth::AuthLayer::new(ServerKind::Http, auth));
     }
     (router, listener)
 }
@@ -274,7 +274,7 @@ pub fn apply_grpc(
         };
     }
     if let Some(auth) = auth {
-        router = router.layer(from_fn_with_state((ServerKind::Grpc, auth), auth::auth));
+        router = router.layer(auth::AuthLayer::new(ServerKind::Grpc, auth));
     }
     (router, listener)
 }
