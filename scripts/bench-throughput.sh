@@ -254,6 +254,10 @@ refusal "request quota (429), h2c, 512x10 body sent, http2_stream_window_bytes 6
 refusal "request quota (RESOURCE_EXHAUSTED), gRPC, 512x10 body sent, http2_stream_window_bytes 65535" quota64k grpc 512x10 "-H x-bk-token:limited"
 refusal "request quota (429), h2c, 2-byte body: weir's own work per refusal" quota h2c tiny "-H x-bk-token:limited"
 refusal "throttle Open (503), h2c, 2-byte body: weir's own work per refusal" open h2c tiny ""
+# The same with 64 streams per connection (h2load takes the last -m): under a flood of
+# refusals many arrive together, and a read and a write serve more of them.
+refusal "request quota (429), h2c, 2-byte body, 4 connections x 64 streams" quota h2c tiny "-H x-bk-token:limited -m 64"
+refusal "throttle Open (503), h2c, 2-byte body, 4 connections x 64 streams" open h2c tiny "-m 64"
 
 # Decode-only: criterion, pinned to the same core, system allocator and jemalloc.
 decode_rate() { # decode_rate BENCH GROUP -> spans/s from criterion's median ("n/a": not run)
@@ -312,7 +316,7 @@ mkdir -p "$(dirname "$OUT")"
       'function pct(d) {return d == "n/a" ? "n/a" : sprintf("%.0f%%", 100 * e / d)} BEGIN {printf "| %s | %s | %s | %s |\n", p, b, pct(s), pct(j)}'
   done
   echo
-  echo "## Refusals ($REJ_N requests each, 4 connections x 4 streams)"
+  echo "## Refusals ($REJ_N requests each, 4 connections x 4 streams unless the row says otherwise)"
   echo
   echo "| request | weir CPU per request µs | share of an accepted 512x10 request |"
   echo "|---|---|---|"
