@@ -32,8 +32,7 @@ log: {level: warn}
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cpu_overload_in_a_real_cgroup_sheds_then_recovers() {
     let cg = TestCgroup::create("weir-e2e-cpu", 1.0, 1 << 30);
-    let mut weir = spawn_weir_in(&cg, CONFIG);
-    weir.wait_ready(30).await;
+    let mut weir = start_weir_in(&cg, CONFIG, 30).await;
     let dbg = weir.debug().await;
     assert_eq!(dbg["effective_cores"], 1.0, "weir must read its 1-CPU quota from the real cgroup ({}): {dbg}", cg.layout);
     assert_eq!(dbg["states"]["traces"], "normal");

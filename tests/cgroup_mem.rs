@@ -36,8 +36,7 @@ log: {level: warn}
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_open_state_recovers_when_memory_is_returned() {
     let cg = TestCgroup::create("weir-e2e-mem", 2.0, LIMIT);
-    let mut weir = spawn_weir_in(&cg, CONFIG);
-    weir.wait_ready(30).await;
+    let mut weir = start_weir_in(&cg, CONFIG, 30).await;
     let dbg = weir.debug().await;
     assert_eq!(dbg["mem_limit_bytes"], LIMIT, "weir reads its memory limit from the real cgroup ({}): {dbg}", cg.layout);
     let baseline = dbg["levels"]["mem"].as_f64().unwrap();

@@ -263,20 +263,44 @@ impl WeirProcess {
 
     /// Waits until /readyz answers, panicking with the log after `secs`.
     pub async fn wait_ready(&mut self, secs: u64) {
+        if let Err(e) = self.try_ready(secs).await {
+            panic!("{e}");
+        }
+    }
+
+    /// Waits until /readyz answers; the error says why not, with the log.
+    async fn try_ready(&mut self, secs: u64) -> Result<(), String> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
         loop {
             if let Ok(r) = reqwest::get(format!("{}/readyz", self.admin)).await {
                 if r.status() == 200 {
-                    return;
+                    return Ok(());
                 }
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("weir exited early ({status}):\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
+                return Err(format!("weir exited early ({status}):\n{}", std::fs::read_to_string(&self.log).unwrap_or_default()));
             }
-            assert!(std::time::Instant::now() < deadline, "weir not ready:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
+            if std::time::Instant::now() >= deadline {
+                return Err(format!("weir not ready:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default()));
+            }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
+}
+
+/// [`spawn_weir_in`], then waits until ready. The ports come from [`free_port`], which
+/// frees them before weir binds: a test running alongside can take one in between, so a
+/// start that fails only with "Address already in use" is retried on new ports.
+pub async fn start_weir_in(cg: &cgroup::TestCgroup, yaml: &str, secs: u64) -> WeirProcess {
+    for attempt in 1.. {
+        let mut weir = spawn_weir_in(cg, yaml);
+        match weir.try_ready(secs).await {
+            Ok(()) => return weir,
+            Err(e) if attempt < 5 && e.contains("Address already in use") => continue,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    unreachable!()
 }
 
 /// Writes `yaml` (with `{http}`, `{grpc}`, `{admin}`, `{dir}` filled in) and starts the
