@@ -225,10 +225,48 @@ impl ApiError {
         tonic::Status::with_details(self.grpc_code(), self.message().into_owned(), details.into())
     }
 
-    /// As a complete gRPC HTTP response (for middlewares that answer before tonic runs).
+    /// As a complete gRPC HTTP response (for middlewares that answer before tonic runs):
+    /// the headers tonic's `Status::into_http` writes, built without its boxed `Status`,
+    /// header-map clone and response extension (a refusal is answered under overload).
     pub fn into_grpc_http(self) -> Response<Body> {
-        self.into_grpc_status().into_http()
+        use base64::Engine as _;
+        let mut resp = Response::new(Body::empty());
+        let headers = resp.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        headers.insert("grpc-status", HeaderValue::from(self.grpc_code() as i32));
+        let message = grpc_percent_encode(&self.message());
+        if !message.is_empty() {
+            // Only visible ASCII is left after encoding.
+            if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(message)) {
+                headers.insert("grpc-message", v);
+            }
+        }
+        let details = base64::engine::general_purpose::STANDARD_NO_PAD.encode(self.encode_rpc_status());
+        if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(details)) {
+            headers.insert("grpc-status-details-bin", v);
+        }
+        resp
     }
+}
+
+/// `grpc-message` encoding, byte for byte as tonic does it: controls, non-ASCII and
+/// ` "#%<>`?{}` as `%XX`.
+fn grpc_percent_encode(message: &str) -> String {
+    let encode = |b: u8| b < 0x20 || b >= 0x7f || b" \"#%<>`?{}".contains(&b);
+    if !message.bytes().any(encode) {
+        return message.to_string();
+    }
+    let mut out = String::with_capacity(message.len() + 16);
+    for b in message.bytes() {
+        if encode(b) {
+            out.push('%');
+            out.push(char::from(b"0123456789ABCDEF"[usize::from(b >> 4)]));
+            out.push(char::from(b"0123456789ABCDEF"[usize::from(b & 15)]));
+        } else {
+            out.push(char::from(b));
+        }
+    }
+    out
 }
 
 /// The `type_url` of a `google.rpc.RetryInfo` in an `Any`.
@@ -299,6 +337,34 @@ mod tests {
             let direct = e.encode_rpc_status();
             assert_eq!(direct, e.rpc_status().encode_to_vec(), "{e:?}");
             assert_eq!(rpc::Status::decode(direct.as_slice()).unwrap(), e.rpc_status(), "{e:?}");
+        }
+    }
+
+    /// The hand-built gRPC answer carries the same headers as tonic's, including the
+    /// percent-encoded message (spaces, `%`, non-ASCII) and the base64 details.
+    #[test]
+    fn into_grpc_http_matches_tonic() {
+        let cases = [
+            ApiError::Throttled {
+                message: "tenant quota exceeded; next request conforms in 0.250s".into(),
+                retry_after: Duration::from_millis(250),
+                open: false,
+            },
+            ApiError::Throttled {
+                message: "overloaded: admission is closed for traces; retry after 1.5s".into(),
+                retry_after: Duration::from_millis(1500),
+                open: true,
+            },
+            ApiError::Unauthenticated("unknown token".into()),
+            ApiError::BadRequest("100% \"odd\" <bytes> `?{}#` é\n\u{7f}".into()),
+            ApiError::BadRequest(String::new()),
+            ApiError::ShuttingDown,
+        ];
+        for e in cases {
+            let ours = e.clone().into_grpc_http();
+            let tonics: Response<Body> = e.clone().into_grpc_status().into_http();
+            assert_eq!(ours.status(), tonics.status(), "{e:?}");
+            assert_eq!(ours.headers(), tonics.headers(), "{e:?}");
         }
     }
 
