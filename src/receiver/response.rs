@@ -252,7 +252,7 @@ impl ApiError {
 /// `grpc-message` encoding, byte for byte as tonic does it: controls, non-ASCII and
 /// ` "#%<>`?{}` as `%XX`.
 fn grpc_percent_encode(message: &str) -> String {
-    let encode = |b: u8| b < 0x20 || b >= 0x7f || b" \"#%<>`?{}".contains(&b);
+    let encode = |b: u8| !(0x20..0x7f).contains(&b) || b" \"#%<>`?{}".contains(&b);
     if !message.bytes().any(encode) {
         return message.to_string();
     }
