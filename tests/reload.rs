@@ -13,19 +13,43 @@ fn config(http: u16, grpc: u16, admin: u16, drop_max: &str, rate: &str) -> Strin
     )
 }
 
-/// Starts the weir binary on `path` and waits for /readyz on `admin`.
-async fn spawn_weir(path: &std::path::Path, admin: &str) -> std::process::Child {
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["--config", path.to_str().unwrap()])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while reqwest::get(format!("{admin}/readyz")).await.map(|r| r.status() != 200).unwrap_or(true) {
-        assert!(Instant::now() < deadline, "weir did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+/// Ports a test's weir listens on.
+#[derive(Clone, Copy)]
+struct Ports {
+    h: u16,
+    g: u16,
+    a: u16,
+}
+
+/// Writes `config(ports)` to `path`, starts the weir binary on it and waits for /readyz.
+/// [`free_port`] frees a port before weir binds it, so a start that fails only with
+/// "Address already in use" (a parallel test took the port) is retried on new ports.
+async fn spawn_weir(path: &std::path::Path, config: impl Fn(Ports) -> String) -> (std::process::Child, Ports, String) {
+    let log = path.with_extension("log");
+    for attempt in 1.. {
+        let ports = Ports { h: free_port(), g: free_port(), a: free_port() };
+        std::fs::write(path, config(ports)).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["--config", path.to_str().unwrap()])
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let admin = format!("http://127.0.0.1:{}", ports.a);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if reqwest::get(format!("{admin}/readyz")).await.is_ok_and(|r| r.status() == 200) {
+                return (child, ports, admin);
+            }
+            if child.try_wait().unwrap().is_some() {
+                let out = std::fs::read_to_string(&log).unwrap_or_default();
+                assert!(attempt < 5 && out.contains("Address already in use"), "weir exited early:\n{out}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "weir did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
-    child
+    unreachable!()
 }
 
 async fn debug(admin: &str) -> serde_json::Value {
@@ -35,11 +59,9 @@ async fn debug(admin: &str) -> serde_json::Value {
 #[tokio::test]
 async fn sighup_reloads_and_refuses_a_bad_config() {
     let dir = tempfile::tempdir().unwrap();
-    let (h, g, a) = (free_port(), free_port(), free_port());
     let path = dir.path().join("weir.yaml");
-    std::fs::write(&path, config(h, g, a, "1.0", "{requests_per_second: 1000, burst: 1000}")).unwrap();
-    let admin = format!("http://127.0.0.1:{a}");
-    let mut child = spawn_weir(&path, &admin).await;
+    let (mut child, Ports { h, g, a }, admin) =
+        spawn_weir(&path, |p| config(p.h, p.g, p.a, "1.0", "{requests_per_second: 1000, burst: 1000}")).await;
     let before = debug(&admin).await;
     assert_eq!(before["rules"]["traces"]["drop_max"], 1.0);
     let hash0 = before["config_hash"].as_str().unwrap().to_string();
@@ -89,17 +111,14 @@ async fn sighup_reloads_and_refuses_a_bad_config() {
 #[tokio::test]
 async fn a_watched_file_reloads_without_a_signal() {
     let dir = tempfile::tempdir().unwrap();
-    let (h, g, a) = (free_port(), free_port(), free_port());
     let path = dir.path().join("weir.yaml");
-    let with_watch = |drop_max: &str| {
-        format!("{}reload: {{watch_file: true, interval: 100ms}}\n", config(h, g, a, drop_max, "{requests_per_second: 100}"))
+    let with_watch = |p: Ports, drop_max: &str| {
+        format!("{}reload: {{watch_file: true, interval: 100ms}}\n", config(p.h, p.g, p.a, drop_max, "{requests_per_second: 100}"))
     };
-    std::fs::write(&path, with_watch("1.0")).unwrap();
-    let admin = format!("http://127.0.0.1:{a}");
-    let mut child = spawn_weir(&path, &admin).await;
+    let (mut child, ports, admin) = spawn_weir(&path, |p| with_watch(p, "1.0")).await;
     // Make sure the modification time moves even on coarse-grained filesystems.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    std::fs::write(&path, with_watch("0.4")).unwrap();
+    std::fs::write(&path, with_watch(ports, "0.4")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while debug(&admin).await["rules"]["traces"]["drop_max"] != 0.4 {
         assert!(Instant::now() < deadline, "the watched file was not reloaded");
