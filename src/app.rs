@@ -86,16 +86,14 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         let specs = middleware::parse_list(&h.middlewares, ServerKind::Http).map_err(StartError::Middleware)?;
         let (app, listener) = middleware::apply_http(http::router(ingest.clone(), h.max_request_body_bytes), &specs, &ctx, auth.clone());
         let tls = h.tls.as_ref().map(|t| server::tls_acceptor("http", t, &[b"h2", b"http/1.1"])).transpose()?;
-        let handle = server::serve(
-            "http",
-            &h.endpoint,
+        let listen = server::Listen {
             tls,
-            listener.max_conns.map(|l| l.resolve(cores())),
-            h.http2_stream_window_bytes,
-            app,
-            Some(Arc::clone(&throttle.conns)),
-        )
-        .await?;
+            max_conns: listener.max_conns.map(|l| l.resolve(cores())),
+            h2_stream_window: h.http2_stream_window_bytes,
+            tracker: Some(Arc::clone(&throttle.conns)),
+            ..server::Listen::new("http", &h.endpoint)
+        };
+        let handle = server::serve(listen, app).await?;
         tracing::info!(addr = %handle.local_addr, tls = h.tls.is_some(), "OTLP/HTTP listening");
         http_addr = Some(handle.local_addr);
         receivers.push(handle);
@@ -108,16 +106,14 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         let settings = middleware::grpc_settings(&specs, g.max_recv_msg_size_bytes);
         let (app, listener) = middleware::apply_grpc(grpc::router(ingest.clone(), settings), &specs, &ctx, auth.clone());
         let tls = g.tls.as_ref().map(|t| server::tls_acceptor("grpc", t, &[b"h2"])).transpose()?;
-        let handle = server::serve(
-            "grpc",
-            &g.endpoint,
+        let listen = server::Listen {
             tls,
-            listener.max_conns.map(|l| l.resolve(cores())),
-            g.http2_stream_window_bytes,
-            app,
-            Some(Arc::clone(&throttle.conns)),
-        )
-        .await?;
+            max_conns: listener.max_conns.map(|l| l.resolve(cores())),
+            h2_stream_window: g.http2_stream_window_bytes,
+            tracker: Some(Arc::clone(&throttle.conns)),
+            ..server::Listen::new("grpc", &g.endpoint)
+        };
+        let handle = server::serve(listen, app).await?;
         tracing::info!(addr = %handle.local_addr, tls = g.tls.is_some(), "OTLP/gRPC listening");
         grpc_addr = Some(handle.local_addr);
         receivers.push(handle);
@@ -129,8 +125,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         throttle.reader.clone(),
         Arc::clone(&throttle.admission),
     ));
-    let admin =
-        server::serve("admin", &config.admin.endpoint, None, None, crate::config::DEFAULT_H2_STREAM_WINDOW, admin_router, None).await?;
+    let admin = server::serve(server::Listen::new("admin", &config.admin.endpoint), admin_router).await?;
     tracing::info!(addr = %admin.local_addr, "admin listening");
     ready.store(true, Ordering::Release);
 

@@ -44,8 +44,7 @@ async fn a_request_knows_how_long_it_waited_for_a_busy_server() {
                     .map_or("no stamp".to_string(), |n| (n / 1_000_000).to_string())
             }),
         );
-    let server =
-        weir::receiver::server::serve("test", "127.0.0.1:0", None, None, weir::config::DEFAULT_H2_STREAM_WINDOW, app, None).await.unwrap();
+    let server = weir::receiver::server::serve(weir::receiver::server::Listen::new("test", "127.0.0.1:0"), app).await.unwrap();
     let addr = server.local_addr;
 
     let busy = std::thread::spawn(move || get_over_http1(addr, "/busy"));

@@ -21,35 +21,33 @@ struct Ports {
     a: u16,
 }
 
-/// Writes `config(ports)` to `path`, starts the weir binary on it and waits for /readyz.
-/// [`free_port`] frees a port before weir binds it, so a start that fails only with
-/// "Address already in use" (a parallel test took the port) is retried on new ports.
+/// Writes `config(ports)` to `path`, starts the weir binary on it and waits for /readyz,
+/// on free ports ([`on_free_ports`]).
 async fn spawn_weir(path: &std::path::Path, config: impl Fn(Ports) -> String) -> (std::process::Child, Ports, String) {
     let log = path.with_extension("log");
-    for attempt in 1.. {
-        let ports = Ports { h: free_port(), g: free_port(), a: free_port() };
+    on_free_ports(|[h, g, a]| {
+        let ports = Ports { h, g, a };
         std::fs::write(path, config(ports)).unwrap();
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(["--config", path.to_str().unwrap()])
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let admin = format!("http://127.0.0.1:{}", ports.a);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if reqwest::get(format!("{admin}/readyz")).await.is_ok_and(|r| r.status() == 200) {
-                return (child, ports, admin);
+        let admin = format!("http://127.0.0.1:{a}");
+        let log = &log;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !reqwest::get(format!("{admin}/readyz")).await.is_ok_and(|r| r.status() == 200) {
+                if child.try_wait().unwrap().is_some() {
+                    return Err(format!("weir exited early:\n{}", std::fs::read_to_string(log).unwrap_or_default()));
+                }
+                assert!(Instant::now() < deadline, "weir did not start");
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            if child.try_wait().unwrap().is_some() {
-                let out = std::fs::read_to_string(&log).unwrap_or_default();
-                assert!(attempt < 5 && out.contains("Address already in use"), "weir exited early:\n{out}");
-                break;
-            }
-            assert!(Instant::now() < deadline, "weir did not start");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok((child, ports, admin))
         }
-    }
-    unreachable!()
+    })
+    .await
 }
 
 async fn debug(admin: &str) -> serde_json::Value {

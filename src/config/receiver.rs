@@ -82,12 +82,7 @@ pub struct GrpcServerConfig {
     pub middlewares: Vec<String>,
     /// Largest accepted message, compressed on the wire or decompressed.
     pub max_recv_msg_size_bytes: usize,
-    /// HTTP/2: how many body bytes a client may send on one stream before weir has
-    /// read them (the initial stream flow-control window). A refusal comes before any
-    /// body byte is read, but whatever the client has already sent must still be
-    /// received and thrown away: a smaller window makes a refused large request cheaper,
-    /// an accepted one a little dearer (more WINDOW_UPDATE round trips). At least 65535
-    /// (the protocol's default).
+    /// As [`HttpServerConfig::http2_stream_window_bytes`].
     pub http2_stream_window_bytes: u32,
     /// Optional TLS.
     pub tls: Option<TlsConfig>,

@@ -201,15 +201,11 @@ pub fn count_request(
 ) {
     let p = protocol as usize;
     let tables = RequestMetrics::get().zip(index_of(&SIGNAL_LABELS, signal));
+    let lookup = || metrics::counter!(names::REQUESTS, "protocol" => protocol.as_str(), "signal" => signal, "outcome" => outcome, "tenant" => Tenant::label(tenant));
     match (tables, index_of(&OUTCOMES, outcome), tenant) {
         (Some((m, s)), Some(o), None) => m.requests[p][s][o].increment(1),
-        (Some((_, s)), Some(o), Some(t)) => t.1.requests[p][s][o]
-            .get_or_init(|| {
-                metrics::counter!(names::REQUESTS, "protocol" => protocol.as_str(), "signal" => signal, "outcome" => outcome, "tenant" => Tenant::label(tenant))
-            })
-            .increment(1),
-        _ => metrics::counter!(names::REQUESTS, "protocol" => protocol.as_str(), "signal" => signal, "outcome" => outcome, "tenant" => Tenant::label(tenant))
-            .increment(1),
+        (Some((_, s)), Some(o), Some(t)) => t.1.requests[p][s][o].get_or_init(lookup).increment(1),
+        _ => lookup().increment(1),
     }
     match tables {
         Some((m, s)) => m.duration[p][s].record(elapsed.as_secs_f64()),

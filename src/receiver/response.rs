@@ -1,9 +1,11 @@
 //! The ONE place where errors become HTTP statuses and gRPC codes.
 
 use super::decode::Format;
+#[cfg(test)]
 use crate::rpc;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Response, StatusCode};
+#[cfg(test)]
 use prost::Message;
 use std::time::Duration;
 use tonic::Code;
@@ -120,8 +122,10 @@ impl ApiError {
         }
     }
 
-    /// The `google.rpc.Status`, with a `RetryInfo` detail when a delay applies.
-    pub fn rpc_status(&self) -> rpc::Status {
+    /// The `google.rpc.Status`, with a `RetryInfo` detail when a delay applies: the
+    /// reference [`ApiError::encode_rpc_status`] is tested against.
+    #[cfg(test)]
+    fn rpc_status(&self) -> rpc::Status {
         let mut details = Vec::new();
         if let Some(d) = self.retry_after() {
             details.push(retry_info_any(d));
@@ -273,7 +277,8 @@ fn grpc_percent_encode(message: &str) -> String {
 const RETRY_INFO_URL: &str = "type.googleapis.com/google.rpc.RetryInfo";
 
 /// A `google.protobuf.Any` holding a `google.rpc.RetryInfo`.
-pub fn retry_info_any(delay: Duration) -> prost_types::Any {
+#[cfg(test)]
+fn retry_info_any(delay: Duration) -> prost_types::Any {
     let info =
         rpc::RetryInfo { retry_delay: Some(prost_types::Duration { seconds: delay.as_secs() as i64, nanos: delay.subsec_nanos() as i32 }) };
     prost_types::Any { type_url: RETRY_INFO_URL.into(), value: info.encode_to_vec() }

@@ -20,8 +20,9 @@
 //! saves system calls: HTTP/2 writes are gathered across streams
 //! (`Stamped::hold_once`), large bodies are read up to 64 KiB more per call
 //! (`SPILL_BYTES`), and a read that drains the socket is not followed by one that can
-//! only return EAGAIN. A TLS connection's bytes are encrypted here: it gets the read
-//! savings but not the HTTP/2 write gathering.
+//! only return EAGAIN. The first two apply to connections that open with the HTTP/2
+//! preface; a TLS connection opens with a TLS handshake and its bytes are encrypted here,
+//! so it gets only the last.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -142,11 +143,12 @@ impl Stamped {
         }
     }
 
-    /// Write coalescing for HTTP/2. Every stream's response is made by its own task, and
-    /// each one wakes the connection task, which writes what is ready at once: one
+    /// Write coalescing for HTTP/2. An admitted stream's response is made by its own
+    /// task (refusals are answered on the connection's task, see `receiver::inline`),
+    /// and each one wakes the connection task, which writes what is ready at once: one
     /// `writev` per response. On loopback or a fast LAN that system call (with the
-    /// peer's receive path it sets off) is most of what a small response costs: for a
-    /// refused request about half of weir's CPU (perf, `scripts/bench-throughput.sh`).
+    /// peer's receive path it sets off) is most of what a small response costs (perf,
+    /// `scripts/bench-throughput.sh`).
     /// So the first attempt to write is put off by one turn of the scheduler: the
     /// connection task wakes itself and yields, the other streams' tasks that are
     /// already runnable finish their responses, and the next attempt writes them all

@@ -112,17 +112,32 @@ fn conn_builder(exec: ConnExec, h2_stream_window: u32) -> auto::Builder<ConnExec
     builder
 }
 
-/// Binds `endpoint` and serves `app` until shut down; `h2_stream_window` is the HTTP/2
-/// initial stream window (`http2_stream_window_bytes`).
-pub async fn serve(
-    name: &'static str,
-    endpoint: &str,
-    tls: Option<tokio_rustls::TlsAcceptor>,
-    max_conns: Option<usize>,
-    h2_stream_window: u32,
-    app: Router,
-    tracker: Option<std::sync::Arc<super::conntrack::ConnRegistry>>,
-) -> Result<ServerHandle, ServerError> {
+/// Where and how a server listens.
+pub struct Listen<'a> {
+    /// Server name, for logs and metric labels.
+    pub name: &'static str,
+    /// Address to bind.
+    pub endpoint: &'a str,
+    /// TLS, when configured.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Connection cap (`maxconns`).
+    pub max_conns: Option<usize>,
+    /// HTTP/2 initial stream window (`http2_stream_window_bytes`).
+    pub h2_stream_window: u32,
+    /// Where open connections are registered (the throttle's conntrack), if anywhere.
+    pub tracker: Option<Arc<super::conntrack::ConnRegistry>>,
+}
+
+impl<'a> Listen<'a> {
+    /// Plain TCP on `endpoint`: no TLS, no cap, the default window, untracked.
+    pub fn new(name: &'static str, endpoint: &'a str) -> Self {
+        Listen { name, endpoint, tls: None, max_conns: None, h2_stream_window: crate::config::DEFAULT_H2_STREAM_WINDOW, tracker: None }
+    }
+}
+
+/// Binds `listen.endpoint` and serves `app` until shut down.
+pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, ServerError> {
+    let Listen { name, endpoint, tls, max_conns, h2_stream_window, tracker } = listen;
     let listener =
         TcpListener::bind(endpoint).await.map_err(|source| ServerError::Bind { name, endpoint: endpoint.to_string(), source })?;
     let local_addr = listener.local_addr().map_err(|source| ServerError::Bind { name, endpoint: endpoint.to_string(), source })?;

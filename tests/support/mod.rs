@@ -235,6 +235,21 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// Runs `start` on three ports from [`free_port`] (HTTP, gRPC, admin). `free_port` frees
+/// a port before weir binds it, and a test running alongside can take it in between, so
+/// a start that fails only with "Address already in use" is tried again on new ports (up
+/// to 5 times); any other failure panics with what `start` said.
+pub async fn on_free_ports<T, F: std::future::Future<Output = Result<T, String>>>(mut start: impl FnMut([u16; 3]) -> F) -> T {
+    for attempt in 1.. {
+        match start([free_port(), free_port(), free_port()]).await {
+            Ok(t) => return t,
+            Err(e) if attempt < 5 && e.contains("Address already in use") => continue,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    unreachable!()
+}
+
 /// A weir process (the real binary) with its ports; killed on drop.
 pub struct WeirProcess {
     pub child: std::process::Child,
@@ -269,7 +284,7 @@ impl WeirProcess {
     }
 
     /// Waits until /readyz answers; the error says why not, with the log.
-    async fn try_ready(&mut self, secs: u64) -> Result<(), String> {
+    pub async fn try_ready(&mut self, secs: u64) -> Result<(), String> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
         loop {
             if let Ok(r) = reqwest::get(format!("{}/readyz", self.admin)).await {
@@ -288,26 +303,19 @@ impl WeirProcess {
     }
 }
 
-/// [`spawn_weir_in`], then waits until ready. The ports come from [`free_port`], which
-/// frees them before weir binds: a test running alongside can take one in between, so a
-/// start that fails only with "Address already in use" is retried on new ports.
+/// [`spawn_weir_in`] on free ports ([`on_free_ports`]), then waits until ready.
 pub async fn start_weir_in(cg: &cgroup::TestCgroup, yaml: &str, secs: u64) -> WeirProcess {
-    for attempt in 1.. {
-        let mut weir = spawn_weir_in(cg, yaml);
-        match weir.try_ready(secs).await {
-            Ok(()) => return weir,
-            Err(e) if attempt < 5 && e.contains("Address already in use") => continue,
-            Err(e) => panic!("{e}"),
-        }
-    }
-    unreachable!()
+    on_free_ports(|ports| async move {
+        let mut weir = spawn_weir_in(cg, yaml, ports);
+        weir.try_ready(secs).await.map(|()| weir)
+    })
+    .await
 }
 
 /// Writes `yaml` (with `{http}`, `{grpc}`, `{admin}`, `{dir}` filled in) and starts the
-/// weir binary inside `cg`.
-pub fn spawn_weir_in(cg: &cgroup::TestCgroup, yaml: &str) -> WeirProcess {
+/// weir binary inside `cg`, listening on `[h, g, a]`.
+pub fn spawn_weir_in(cg: &cgroup::TestCgroup, yaml: &str, [h, g, a]: [u16; 3]) -> WeirProcess {
     let dir = tempfile::tempdir().unwrap();
-    let (h, g, a) = (free_port(), free_port(), free_port());
     let yaml = yaml
         .replace("{http}", &format!("127.0.0.1:{h}"))
         .replace("{grpc}", &format!("127.0.0.1:{g}"))
