@@ -38,9 +38,9 @@ target/pyvenv-bench/bin/pip install -q --disable-pip-version-check opentelemetry
 PROFILE_DIR=release
 if [ -n "${SMOKE:-}" ]; then
   PROFILE_DIR=debug SKIP_DECODE_BENCH=1
-  cargo build -q --bin weir --example throughput_bodies
+  cargo build -q --bin weir --example throughput_bodies --example h2_floor
 else
-  cargo build -q --release --bin weir --example throughput_bodies
+  cargo build -q --release --bin weir --example throughput_bodies --example h2_floor
 fi
 SERVER_BIN=${SERVER_BIN:-./target/$PROFILE_DIR/weir}
 BODIES=target/throughput/bodies
@@ -221,6 +221,10 @@ REJ_N=$((SPANS_PER_RUN / 512 * 2))
 # no body bytes to receive.
 printf '\x0a\x00' > "$BODIES/tiny.pb"
 printf '\x00\x00\x00\x00\x02\x0a\x00' > "$BODIES/tiny.grpc"
+# A 2-byte refusal costs a few µs: at /proc's 10 ms ticks a run needs tens of thousands
+# of them for a tick to be under 1% of the total.
+TINY_N=$((REJ_N * 5))
+[ -n "${SMOKE:-}" ] && TINY_N=$REJ_N
 # Accepted requests, the baseline: as many as the refusals, except in a smoke run (a debug
 # build decodes slowly).
 ACC_N=$REJ_N
@@ -242,11 +246,11 @@ cost_per_request() {
 REFUSAL_ROWS=()
 read -r acc_us acc_lo acc_hi acc_ok _ <<< "$(cost_per_request quota h2c 512x10 "-H x-bk-token:ok" "$ACC_N")"
 [ "$acc_ok" -eq "$ACC_N" ] || { echo "accepted only $acc_ok of $ACC_N" >&2; exit 1; }
-refusal() { # refusal LABEL NAME PROTO BODY EXTRA
-  local us lo hi ok refused
-  read -r us lo hi ok refused <<< "$(cost_per_request "$2" "$3" "$4" "$5" "$REJ_N")"
+refusal() { # refusal LABEL NAME PROTO BODY EXTRA [N]
+  local us lo hi ok refused n=${6:-$REJ_N}
+  read -r us lo hi ok refused <<< "$(cost_per_request "$2" "$3" "$4" "$5" "$n")"
   # The quota grants one request per second: a run may see one or two successes.
-  [ "$refused" -ge $((REJ_N - 3)) ] || { echo "$1: only $refused of $REJ_N refused" >&2; exit 1; }
+  [ "$refused" -ge $((n - 3)) ] || { echo "$1: only $refused of $n refused" >&2; exit 1; }
   REFUSAL_ROWS+=("$(awk -v l="$1" -v u="$us" -v lo="$lo" -v hi="$hi" -v a="$acc_us" 'BEGIN {printf "| %s | %s (%s–%s) | %.1f%% |", l, u, lo, hi, 100 * u / a}')")
   echo "${REFUSAL_ROWS[-1]}"
 }
@@ -260,14 +264,39 @@ REFUSAL_ROWS+=("$(awk -v u="$acc64_us" -v lo="$acc64_lo" -v hi="$acc64_hi" -v a=
 echo "${REFUSAL_ROWS[-1]}"
 refusal "request quota (429), h2c, 512x10 body sent, http2_stream_window_bytes 65535" quota64k h2c 512x10 "-H x-bk-token:limited"
 refusal "request quota (RESOURCE_EXHAUSTED), gRPC, 512x10 body sent, http2_stream_window_bytes 65535" quota64k grpc 512x10 "-H x-bk-token:limited"
-refusal "request quota (429), h2c, 2-byte body: weir's own work per refusal" quota h2c tiny "-H x-bk-token:limited"
-refusal "throttle Open (503), h2c, 2-byte body: weir's own work per refusal" open h2c tiny ""
-refusal "request quota (RESOURCE_EXHAUSTED), gRPC, 2-byte message" quota grpc tiny "-H x-bk-token:limited"
-refusal "throttle Open (UNAVAILABLE), gRPC, 2-byte message" open grpc tiny ""
+refusal "request quota (429), h2c, 2-byte body, no body bytes to receive" quota h2c tiny "-H x-bk-token:limited" "$TINY_N"
+refusal "throttle Open (503), h2c, 2-byte body, no body bytes to receive" open h2c tiny "" "$TINY_N"
+refusal "request quota (RESOURCE_EXHAUSTED), gRPC, 2-byte message" quota grpc tiny "-H x-bk-token:limited" "$TINY_N"
+refusal "throttle Open (UNAVAILABLE), gRPC, 2-byte message" open grpc tiny "" "$TINY_N"
 # The same with 64 streams per connection (h2load takes the last -m): under a flood of
 # refusals many arrive together, and a read and a write serve more of them.
-refusal "request quota (429), h2c, 2-byte body, 4 connections x 64 streams" quota h2c tiny "-H x-bk-token:limited -m 64"
-refusal "throttle Open (503), h2c, 2-byte body, 4 connections x 64 streams" open h2c tiny "-m 64"
+refusal "request quota (429), h2c, 2-byte body, 4 connections x 64 streams" quota h2c tiny "-H x-bk-token:limited -m 64" "$TINY_N"
+refusal "throttle Open (503), h2c, 2-byte body, 4 connections x 64 streams" open h2c tiny "-m 64" "$TINY_N"
+
+# The floor: a bare HTTP/2 server (h2, weir's socket layer, allocator and runtime, and
+# nothing else) answering every request with weir's 429 (`examples/h2_floor.rs`). What
+# a refusal costs weir above this is weir's own; the rest is HTTP/2 and the kernel.
+FLOOR_PORT=$(port)
+taskset -c "$SERVER_CORE" "./target/$PROFILE_DIR/examples/h2_floor" "127.0.0.1:$FLOOR_PORT" > "$WORK/floor.log" 2>&1 &
+FLOOR_PID=$!
+PIDS+=("$FLOOR_PID")
+for _ in $(seq 1 50); do grep -q listening "$WORK/floor.log" && break; sleep 0.1; done
+floor() { # floor LABEL EXTRA_H2LOAD_ARGS: the same measure as `refusal`, counted by h2load
+  local t0 t1 out us=() n=$TINY_N u lo hi
+  # shellcheck disable=SC2086
+  for r in $(seq 0 "$RUNS"); do
+    t0=$(cpu_ticks "$FLOOR_PID")
+    out=$(taskset -c "$LOAD_CORE" h2load -n "$n" -c 4 -m 4 $2 -d "$BODIES/tiny.pb" "http://127.0.0.1:$FLOOR_PORT/v1/traces" 2>&1)
+    t1=$(cpu_ticks "$FLOOR_PID")
+    echo "$out" | grep -q "^status codes: 0 2xx, 0 3xx, $n 4xx" || { echo "$1: h2load did not get $n refusals: $out" >&2; exit 1; }
+    [ "$r" -eq 0 ] || us+=("$(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$n" 'BEGIN {printf "%.1f", t / hz / n * 1e6}')")
+  done
+  read -r u lo hi <<< "$(printf '%s\n' "${us[@]}" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)], v[1], v[NR]}')"
+  REFUSAL_ROWS+=("$(awk -v l="$1" -v u="$u" -v lo="$lo" -v hi="$hi" -v a="$acc_us" 'BEGIN {printf "| %s | %s (%s–%s) | %.1f%% |", l, u, lo, hi, 100 * u / a}')")
+  echo "${REFUSAL_ROWS[-1]}"
+}
+floor "floor: bare HTTP/2 server answering 429 (examples/h2_floor), 2-byte body" ""
+floor "floor: bare HTTP/2 server answering 429 (examples/h2_floor), 2-byte body, 4 connections x 64 streams" "-m 64"
 
 # Decode-only: criterion, pinned to the same core, system allocator and jemalloc.
 decode_rate() { # decode_rate BENCH GROUP -> spans/s from criterion's median ("n/a": not run)
@@ -326,7 +355,9 @@ mkdir -p "$(dirname "$OUT")"
       'function pct(d) {return d == "n/a" ? "n/a" : sprintf("%.0f%%", 100 * e / d)} BEGIN {printf "| %s | %s | %s | %s |\n", p, b, pct(s), pct(j)}'
   done
   echo
-  echo "## Refusals ($REJ_N requests per run, median (range) of $RUNS runs after a warm-up; 4 connections x 4 streams unless the row says otherwise)"
+  echo "## Refusals ($REJ_N requests per run, $TINY_N for 2-byte bodies; median (range) of $RUNS runs after a warm-up; 4 connections x 4 streams unless the row says otherwise)"
+  echo
+  echo "The floor rows are a bare HTTP/2 server (\`examples/h2_floor.rs\`: the h2 crate with weir's socket layer, allocator and runtime, no routing, auth, throttle or hyper) answering every request with weir's 429: what HTTP/2 and the kernel cost per request before weir does anything."
   echo
   echo "| request | weir CPU per request µs | share of an accepted 512x10 request |"
   echo "|---|---|---|"

@@ -1,0 +1,67 @@
+//! The floor under a refusal's cost: a bare HTTP/2 server that answers every request
+//! with weir's quota refusal (429, `retry-after`, the same 112-byte body) and does
+//! nothing else. No routing, no auth, no throttle, no tower, no hyper, no task per
+//! stream: the h2 crate weir is built on, weir's socket layer (`rxstamp::Stamped`:
+//! read-ahead, gathered writes), weir's allocator and runtime. What weir spends on a
+//! refusal above what this spends is what weir itself adds; the rest is HTTP/2 framing,
+//! HPACK and the kernel. `scripts/bench-throughput.sh` runs it next to weir.
+//!
+//! `cargo run --release --example h2_floor -- 127.0.0.1:4320`
+
+use bytes::Bytes;
+use std::time::Duration;
+use weir::receiver::rxstamp::{enable_on_listener, Stamped};
+
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// What weir answers a request over its tenant's quota (protobuf `google.rpc.Status`
+/// with a `RetryInfo` of one second), byte for byte in length and shape.
+const BODY: &[u8] = b"\x08\x08\x12\x36tenant quota exceeded; next request conforms in 0.991s\
+\x1a\x34\x0a\x28type.googleapis.com/google.rpc.RetryInfo\x12\x08\x0a\x06\x10\xa4\x87\xff\xd8\x03";
+
+fn main() {
+    let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:4320".into());
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&addr).await.unwrap_or_else(|e| panic!("cannot listen on {addr}: {e}"));
+        enable_on_listener(&listener);
+        println!("h2_floor listening on {}", listener.local_addr().expect("bound address"));
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(x) => x,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(serve(Stamped::new(stream)));
+        }
+    });
+}
+
+/// One connection, with the HTTP/2 settings weir uses: every stream answered where it
+/// is accepted.
+async fn serve(io: Stamped) {
+    let mut builder = h2::server::Builder::new();
+    builder
+        .initial_window_size(weir::config::DEFAULT_H2_STREAM_WINDOW)
+        .initial_connection_window_size(weir::config::DEFAULT_H2_STREAM_WINDOW)
+        .max_concurrent_streams(200)
+        .max_local_error_reset_streams(Some(100_000));
+    let Ok(mut conn) = builder.handshake::<_, Bytes>(io).await else { return };
+    while let Some(Ok((request, mut respond))) = conn.accept().await {
+        drop(request);
+        let head = http::Response::builder()
+            .status(429)
+            .header("content-type", "application/x-protobuf")
+            .header("retry-after", "1")
+            .header("content-length", BODY.len())
+            .body(())
+            .expect("static response head");
+        if let Ok(mut send) = respond.send_response(head, false) {
+            let _ = send.send_data(Bytes::from_static(BODY), true);
+        }
+    }
+}
