@@ -6,7 +6,9 @@
 //! refusal above what this spends is what weir itself adds; the rest is HTTP/2 framing,
 //! HPACK and the kernel. `scripts/bench-throughput.sh` runs it next to weir.
 //!
-//! `cargo run --release --example h2_floor -- 127.0.0.1:4320`
+//! `cargo run --release --example h2_floor -- 127.0.0.1:4320` (`FLOOR_WINDOW=0` sets the
+//! initial stream window, default weir's 1 MiB: 0 shows what a body the client may not
+//! send costs, which is what weir's closed window during refusals buys).
 
 use bytes::Bytes;
 use std::time::Duration;
@@ -46,7 +48,9 @@ fn main() {
 async fn serve(io: Stamped) {
     let mut builder = h2::server::Builder::new();
     builder
-        .initial_window_size(weir::config::DEFAULT_H2_STREAM_WINDOW)
+        .initial_window_size(
+            std::env::var("FLOOR_WINDOW").ok().and_then(|v| v.parse().ok()).unwrap_or(weir::config::DEFAULT_H2_STREAM_WINDOW),
+        )
         .initial_connection_window_size(weir::config::DEFAULT_H2_STREAM_WINDOW)
         .max_concurrent_streams(200)
         .max_local_error_reset_streams(Some(100_000));

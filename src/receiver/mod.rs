@@ -5,6 +5,7 @@ pub mod compression;
 pub mod conntrack;
 pub mod decode;
 pub mod grpc;
+pub mod h2conn;
 pub mod http;
 pub mod inline;
 pub mod middleware;

@@ -1,20 +1,25 @@
 //! One listener loop for both receivers: optional TLS (rustls), an optional connection
-//! cap (`maxconns`), HTTP/1.1 and HTTP/2 (h2c or ALPN), and graceful shutdown.
+//! cap (`maxconns`), HTTP/1.1 (hyper) and HTTP/2 (`h2conn`, told apart by the client
+//! preface, with or without TLS), and graceful shutdown.
 
-use super::inline::{ConnExec, InlineFirst, ProbeBody};
+use super::h2conn::{self, H2Settings};
+use super::rxstamp::RxStamp;
 use crate::config::TlsConfig;
 use crate::telemetry::names;
 use axum::http::Request;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 
 /// Why a server could not start.
@@ -91,27 +96,6 @@ pub fn tls_acceptor(name: &'static str, tls: &TlsConfig, alpn: &[&[u8]]) -> Resu
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
-/// Locally reset HTTP/2 streams one connection may cause before it is sent GOAWAY.
-const H2_MAX_LOCAL_RESETS: usize = 100_000;
-
-/// The HTTP/1.1 + HTTP/2 server for one connection, with that connection's executor.
-fn conn_builder(exec: ConnExec, h2_stream_window: u32) -> auto::Builder<ConnExec> {
-    let mut builder = auto::Builder::new(exec);
-    // An early refusal (throttle, quota) answers before the request body has arrived
-    // and resets the rest of the stream; a client that was already sending keeps
-    // sending DATA on it, and h2 counts each such stream as a local error reset. At
-    // the default cap (1024 per connection, for its whole life) a client being
-    // throttled gets GOAWAY ENHANCE_YOUR_CALM and loses every stream in flight (seen
-    // with h2load; `scripts/bench-throughput.sh` refuses 6000 requests on 4
-    // connections to keep it honest). The cap stays, to bound reset floods, but high
-    // enough that refusals alone do not reach it soon.
-    builder.http2().max_local_error_reset_streams(H2_MAX_LOCAL_RESETS);
-    // The connection window never starves the streams: at least hyper's 1 MiB, and
-    // no less than one stream's window.
-    builder.http2().initial_stream_window_size(h2_stream_window).initial_connection_window_size(h2_stream_window.max(1 << 20));
-    builder
-}
-
 /// Where and how a server listens.
 pub struct Listen<'a> {
     /// Server name, for logs and metric labels.
@@ -147,7 +131,8 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
     let (stop, mut stopped) = watch::channel(false);
     let limit = max_conns.map(|n| Arc::new(Semaphore::new(n)));
     let task = tokio::spawn(async move {
-        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        // Every connection holds a sender; when the last is gone, all have finished.
+        let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
         loop {
             // With a cap, wait for a free slot before accepting: excess clients queue in
             // the kernel's backlog instead of costing memory here.
@@ -178,41 +163,26 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
             // throttle can see how long it waited before weir looked at it (`rxstamp`).
             let stream = super::rxstamp::Stamped::new(stream);
             let stamp = stream.stamp();
-            let svc = TowerToHyperService::new(tower::ServiceExt::map_request(app.clone(), move |mut req: Request<Incoming>| {
-                req.extensions_mut().insert(stamp.clone());
-                req.map(ProbeBody::new)
-            }));
             let tls = tls.clone();
-            // Streams are queued for this connection's task to poll once (`inline`).
-            let exec = ConnExec::default();
-            let builder = conn_builder(exec.clone(), h2_stream_window);
-            let watcher = graceful.watcher();
+            let app = app.clone();
+            let stop = stopped.clone();
+            let open = open_tx.clone();
+            let settings = H2Settings { stream_window: h2_stream_window };
             tokio::spawn(async move {
+                let _open = open;
                 let _permit = permit;
                 let gauge = metrics::gauge!(names::CONNECTIONS, "server" => name);
                 gauge.increment(1.0);
                 let result = match tls {
                     Some(acceptor) => match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
-                        Ok(Ok(s)) => {
-                            InlineFirst::new(
-                                watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(s), svc).into_owned()),
-                                &exec,
-                            )
-                            .await
-                        }
+                        Ok(Ok(s)) => serve_connection(s, app, stamp, settings, stop).await,
                         Ok(Err(e)) => {
                             tracing::debug!(server = name, %peer, error = %e, "TLS handshake failed");
                             Ok(())
                         }
                         Err(_) => Ok(()),
                     },
-                    None => {
-                        InlineFirst::new(
-                            watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned()),
-                            &exec,
-                        )
-                        .await
-                    }
+                    None => serve_connection(stream, app, stamp, settings, stop).await,
                 };
                 if let Err(e) = result {
                     tracing::debug!(server = name, %peer, error = %e, "connection ended with error");
@@ -227,7 +197,111 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
         }
         drop(listener);
         // Open connections finish their requests; the caller bounds how long.
-        graceful.shutdown().await;
+        drop(open_tx);
+        let _ = open_rx.recv().await;
     });
     Ok(ServerHandle { local_addr, stop, task })
+}
+
+/// Resolves once the server is told to stop (or its handle is gone).
+async fn stop_signal(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// The HTTP/2 client preface (RFC 9113 3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Serves one connection, HTTP/2 if it opens with the client preface, else HTTP/1.1.
+async fn serve_connection<I>(
+    mut io: I,
+    app: Router,
+    stamp: RxStamp,
+    settings: H2Settings,
+    stop: watch::Receiver<bool>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    // Read until the bytes differ from the preface or all of it is there: an HTTP/1.1
+    // request differs by its second byte, so this is one read in practice.
+    let mut seen = Vec::with_capacity(H2_PREFACE.len());
+    let mut buf = [0u8; 24];
+    let h2 = loop {
+        let n = tokio::select! {
+            r = io.read(&mut buf[..H2_PREFACE.len() - seen.len()]) => r?,
+            _ = stop_signal(stop.clone()) => return Ok(()),
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        seen.extend_from_slice(&buf[..n]);
+        if !H2_PREFACE.starts_with(&seen) {
+            break false;
+        }
+        if seen.len() == H2_PREFACE.len() {
+            break true;
+        }
+    };
+    let io = Rewind { seen: Some(seen), pos: 0, inner: io };
+    if h2 {
+        return Ok(h2conn::serve(io, app, stamp, settings, stop_signal(stop)).await?);
+    }
+    let svc = TowerToHyperService::new(tower::ServiceExt::map_request(app, move |mut req: Request<Incoming>| {
+        req.extensions_mut().insert(stamp.clone());
+        req
+    }));
+    let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), svc).with_upgrades();
+    let mut conn = pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => return Ok(r?),
+        _ = stop_signal(stop) => conn.as_mut().graceful_shutdown(),
+    }
+    Ok(conn.await?)
+}
+
+/// An I/O that replays the bytes read to tell the protocol before reading on.
+struct Rewind<I> {
+    seen: Option<Vec<u8>>,
+    pos: usize,
+    inner: I,
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Rewind<I> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if let Some(seen) = &this.seen {
+            let take = buf.remaining().min(seen.len() - this.pos);
+            buf.put_slice(&seen[this.pos..this.pos + take]);
+            this.pos += take;
+            if this.pos == seen.len() {
+                this.seen = None;
+            }
+            if take > 0 {
+                return Poll::Ready(Ok(()));
+            }
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Rewind<I> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
 }

@@ -1,0 +1,511 @@
+//! HTTP/2 connections, served on the h2 crate directly.
+//!
+//! hyper serves HTTP/1.1; HTTP/2 is driven here for two things hyper does not give:
+//!
+//! **Refusals on the connection's task.** Each new stream's future is polled once where
+//! the connection accepted it. A refusal (throttle, quota, no token) is ready on that
+//! first poll, before any body byte is read, and is answered there: no task, no trip
+//! through the scheduler, no cross-task wake. A stream still pending after that poll
+//! (an admitted request: [`ProbeBody`] holds its first body read back on the
+//! connection's task) is spawned, so reading, decompressing and decoding run on their
+//! own task and one connection's streams spread over all cores. A panic in a stream
+//! polled here resets that stream, not the connection.
+//!
+//! **No body bytes for a refusal.** Whatever a client has sent of a body before it hears
+//! the refusal must still be received and thrown away: with a 1 MiB stream window, a
+//! refused 240 KB request cost as much CPU as receiving it (a third of what accepting
+//! it costs, `scripts/bench-throughput.sh`). So a connection that is refusing closes its
+//! window: when a stream ends with its request body unread and no admitted stream on the
+//! connection is reading one, weir sends `SETTINGS_INITIAL_WINDOW_SIZE = 0`, and the
+//! next refused requests arrive as headers only. The first request admitted after that
+//! reopens the window (a second SETTINGS, which by RFC 9113 6.9.2 also grows the windows
+//! of streams already open, its own included): it waits one round trip for its body,
+//! and every later stream starts with the full window again. h2 allows one SETTINGS
+//! change in flight; the next waits for the peer's acknowledgement.
+
+use super::inline::{ProbeBody, ON_CONNECTION_TASK};
+use super::rxstamp::RxStamp;
+use axum::Router;
+use bytes::Bytes;
+use futures_util::task::AtomicWaker;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING, UPGRADE};
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use std::future::{poll_fn, Future};
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// Locally reset streams one connection may cause before it is sent GOAWAY. An early
+/// refusal answers before the body has arrived and resets the rest of the stream; a
+/// client that was already sending keeps sending DATA on it, and h2 counts each such
+/// stream as a local error reset. At the library default (1024 per connection, for its
+/// whole life) a client being throttled gets GOAWAY ENHANCE_YOUR_CALM and loses every
+/// stream in flight (seen with h2load). The cap stays, to bound reset floods, but high
+/// enough that refusals alone do not reach it soon.
+const MAX_LOCAL_RESETS: usize = 100_000;
+
+/// hyper's defaults for what h2 leaves open-ended.
+const MAX_CONCURRENT_STREAMS: u32 = 200;
+const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
+const MAX_SEND_BUFFER_BYTES: usize = 400 * 1024;
+
+/// The HTTP/2 settings of one connection.
+#[derive(Debug, Clone, Copy)]
+pub struct H2Settings {
+    /// The initial stream window (`http2_stream_window_bytes`) while not refusing.
+    pub stream_window: u32,
+}
+
+/// What the connection and its streams share to decide the window.
+#[derive(Default)]
+struct WindowState {
+    /// Admitted streams reading their body right now.
+    readers: AtomicUsize,
+    /// The latest decision on this connection was a refusal with the body unread.
+    refusing: AtomicBool,
+    /// The window the connection last asked for is 0.
+    closed: AtomicBool,
+    /// The connection's task, woken when the window should change.
+    conn: AtomicWaker,
+}
+
+impl WindowState {
+    fn wants_open(&self) -> bool {
+        self.readers.load(Ordering::Acquire) > 0 || !self.refusing.load(Ordering::Acquire)
+    }
+
+    /// A stream's body is being read: the request was admitted.
+    fn reader_started(&self) {
+        self.readers.fetch_add(1, Ordering::AcqRel);
+        self.refusing.store(false, Ordering::Release);
+        if self.closed.load(Ordering::Acquire) {
+            self.conn.wake();
+        }
+    }
+
+    fn reader_done(&self) {
+        if self.readers.fetch_sub(1, Ordering::AcqRel) == 1 && self.refusing.load(Ordering::Acquire) {
+            self.conn.wake();
+        }
+    }
+
+    /// A stream ended with its request body unread.
+    fn refused(&self) {
+        if !self.refusing.swap(true, Ordering::AcqRel) && self.readers.load(Ordering::Acquire) == 0 {
+            self.conn.wake();
+        }
+    }
+}
+
+/// A request body read from an h2 stream: hands flow-control capacity back as it is
+/// read, and tells the connection whether the body was wanted.
+pub struct H2Body {
+    recv: RecvStream,
+    window: Arc<WindowState>,
+    /// Counted as a reader.
+    reading: bool,
+    /// Trailers (or the end) have been read.
+    done: bool,
+}
+
+impl H2Body {
+    fn new(recv: RecvStream, window: Arc<WindowState>) -> Self {
+        let done = recv.is_end_stream();
+        H2Body { recv, window, reading: false, done }
+    }
+}
+
+impl Drop for H2Body {
+    fn drop(&mut self) {
+        if self.reading {
+            self.window.reader_done();
+        } else if !self.done {
+            self.window.refused();
+        }
+    }
+}
+
+impl Body for H2Body {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if !this.reading {
+            this.reading = true;
+            this.window.reader_started();
+        }
+        match this.recv.poll_data(cx) {
+            Poll::Ready(Some(Ok(data))) => {
+                // The bytes are ours now: the peer may send as many again.
+                let _ = this.recv.flow_control().release_capacity(data.len());
+                return Poll::Ready(Some(Ok(Frame::data(data))));
+            }
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+            Poll::Ready(None) => {}
+            Poll::Pending => return Poll::Pending,
+        }
+        match this.recv.poll_trailers(cx) {
+            Poll::Ready(Ok(trailers)) => {
+                this.done = true;
+                Poll::Ready(trailers.map(|t| Ok(Frame::trailers(t))))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || self.recv.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        // h2 checks a content-length against the DATA it receives; a hint is all this is.
+        SizeHint::default()
+    }
+}
+
+/// Serves one HTTP/2 connection until the peer closes it, it fails, or `stop` resolves
+/// (then: GOAWAY, and open streams finish).
+pub async fn serve<I, F>(io: I, app: Router, stamp: RxStamp, settings: H2Settings, stop: F) -> Result<(), h2::Error>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+    F: Future<Output = ()>,
+{
+    let mut builder = h2::server::Builder::new();
+    builder
+        .initial_window_size(settings.stream_window)
+        // The connection window never starves the streams: at least hyper's 1 MiB, and
+        // no less than one stream's window.
+        .initial_connection_window_size(settings.stream_window.max(1 << 20))
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .max_header_list_size(MAX_HEADER_LIST_BYTES)
+        .max_send_buffer_size(MAX_SEND_BUFFER_BYTES)
+        .max_local_error_reset_streams(Some(MAX_LOCAL_RESETS));
+    let mut stop = pin!(stop);
+    let mut conn = tokio::select! {
+        c = builder.handshake::<_, Bytes>(io) => c?,
+        _ = stop.as_mut() => return Ok(()),
+    };
+    let window = Arc::new(WindowState::default());
+    let mut asked = settings.stream_window;
+    let mut stopping = false;
+    // Streams are started once everything readable has been taken in: each call to
+    // `poll_accept` also flushes what is queued to send, and starting streams between
+    // calls would write their answers one by one instead of together.
+    let mut batch = Vec::new();
+    poll_fn(|cx| {
+        if !stopping && stop.as_mut().poll(cx).is_ready() {
+            stopping = true;
+            conn.graceful_shutdown();
+        }
+        window.conn.register(cx.waker());
+        loop {
+            loop {
+                match conn.poll_accept(cx) {
+                    Poll::Ready(Some(Ok(stream))) => batch.push(stream),
+                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
+                    Poll::Ready(None) => return Poll::Ready(Ok(())),
+                    Poll::Pending => break,
+                }
+            }
+            if !batch.is_empty() {
+                for (request, respond) in batch.drain(..) {
+                    start_stream(cx, request, respond, &app, &stamp, &window);
+                }
+                // Their answers go out on the next turn.
+                continue;
+            }
+            let want = if window.wants_open() { settings.stream_window } else { 0 };
+            // Refused while a change is still unacknowledged: the acknowledgement wakes
+            // this task and the change is tried again then.
+            if want != asked && conn.set_initial_window_size(want).is_ok() {
+                asked = want;
+                window.closed.store(want == 0, Ordering::Release);
+                // Poll again so the SETTINGS frame goes out now.
+                continue;
+            }
+            return Poll::Pending;
+        }
+    })
+    .await
+}
+
+/// Polls a new stream once on the connection's task; spawns it if it is not done.
+fn start_stream(
+    cx: &mut Context<'_>,
+    request: Request<RecvStream>,
+    respond: SendResponse<Bytes>,
+    app: &Router,
+    stamp: &RxStamp,
+    window: &Arc<WindowState>,
+) {
+    let mut request = request.map(|recv| ProbeBody::new(H2Body::new(recv, Arc::clone(window))));
+    request.extensions_mut().insert(stamp.clone());
+    let mut task = Box::pin(stream(app.clone(), request, respond));
+    ON_CONNECTION_TASK.set(true);
+    // A panic in one stream must not end the connection's other streams (as it would not
+    // have with a task of its own): the stream is dropped, which resets it.
+    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.as_mut().poll(cx)));
+    ON_CONNECTION_TASK.set(false);
+    match polled {
+        Ok(Poll::Ready(())) => {}
+        Ok(Poll::Pending) => {
+            tokio::spawn(task);
+        }
+        Err(_) => tracing::error!("an HTTP/2 stream panicked; it was reset"),
+    }
+}
+
+/// One stream: the app's answer, then its body, until done or reset by the client.
+async fn stream(app: Router, request: Request<ProbeBody<H2Body>>, mut respond: SendResponse<Bytes>) {
+    let call = tower::ServiceExt::oneshot(app, request);
+    let mut call = pin!(call);
+    // A client that resets the stream cancels the call.
+    let answered = poll_fn(|cx| match call.as_mut().poll(cx) {
+        Poll::Ready(r) => Poll::Ready(Some(r)),
+        Poll::Pending => match respond.poll_reset(cx) {
+            Poll::Ready(_) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        },
+    })
+    .await;
+    let Some(Ok(response)) = answered else { return };
+    let (mut head, body) = response.into_parts();
+    tidy_headers(&mut head.headers, &body);
+    let end = body.is_end_stream();
+    let Ok(mut send) = respond.send_response(Response::from_parts(head, ()), end) else { return };
+    if !end {
+        send_body(body, &mut send).await;
+    }
+}
+
+/// What hyper does to a response head on its way out: a `date`, a `content-length` when
+/// the body's size is known, and no connection-specific fields (HTTP/2 forbids them).
+fn tidy_headers(headers: &mut http::HeaderMap, body: &axum::body::Body) {
+    for name in [CONNECTION, TRANSFER_ENCODING, UPGRADE, HeaderName::from_static("keep-alive"), HeaderName::from_static("proxy-connection")]
+    {
+        if headers.contains_key(&name) {
+            headers.remove(&name);
+        }
+    }
+    if !headers.contains_key(CONTENT_LENGTH) {
+        if let Some(n) = body.size_hint().exact() {
+            headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
+        }
+    }
+    if !headers.contains_key(DATE) {
+        headers.insert(DATE, http_date());
+    }
+}
+
+/// The `date` value, formatted once per second per thread.
+fn http_date() -> HeaderValue {
+    thread_local! {
+        static CACHED: std::cell::RefCell<(u64, HeaderValue)> = const { std::cell::RefCell::new((0, HeaderValue::from_static(""))) };
+    }
+    let now = std::time::SystemTime::now();
+    let second = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    CACHED.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.0 != second {
+            let text = httpdate::fmt_http_date(now);
+            *c = (second, HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("")));
+        }
+        c.1.clone()
+    })
+}
+
+/// Sends a response body, a frame at a time, each once the peer's window has room for
+/// at least a byte of it (so no more than a frame is ever buffered beyond the window).
+async fn send_body(body: axum::body::Body, send: &mut SendStream<Bytes>) {
+    let mut body = pin!(body);
+    loop {
+        let frame = poll_fn(|cx| match send.poll_reset(cx) {
+            Poll::Ready(_) => Poll::Ready(None),
+            Poll::Pending => body.as_mut().poll_frame(cx).map(Some),
+        })
+        .await;
+        let Some(frame) = frame else { return };
+        match frame {
+            None => {
+                let _ = send.send_data(Bytes::new(), true);
+                return;
+            }
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "response body failed; stream reset");
+                send.send_reset(Reason::INTERNAL_ERROR);
+                return;
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => {
+                    let end = body.is_end_stream();
+                    if !data.is_empty() {
+                        send.reserve_capacity(1);
+                        match poll_fn(|cx| send.poll_capacity(cx)).await {
+                            Some(Ok(_)) => {}
+                            _ => return,
+                        }
+                    }
+                    if send.send_data(data, end).is_err() || end {
+                        return;
+                    }
+                }
+                Err(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        let _ = send.send_trailers(trailers);
+                    } else {
+                        let _ = send.send_data(Bytes::new(), true);
+                    }
+                    return;
+                }
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::receiver::server::{serve, Listen, ServerHandle};
+    use axum::routing::post;
+    use http::StatusCode;
+    use http_body_util::BodyExt;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    type Seen = Arc<Mutex<Vec<(&'static str, bool)>>>;
+
+    /// `/refuse` answers 429 without reading the body; `/echo` reads the body and answers
+    /// its length; `/slow` does the same after half a second; `/panic` panics on the
+    /// connection's task. `/refuse` and `/echo` note whether they finished on the
+    /// connection's task.
+    async fn start(seen: Seen) -> ServerHandle {
+        let (s1, s2) = (Arc::clone(&seen), Arc::clone(&seen));
+        let app = Router::new()
+            .route(
+                "/refuse",
+                post(move || async move {
+                    s1.lock().unwrap().push(("refuse", ON_CONNECTION_TASK.get()));
+                    StatusCode::TOO_MANY_REQUESTS
+                }),
+            )
+            .route(
+                "/echo",
+                post(move |body: axum::body::Body| async move {
+                    let n = body.collect().await.map(|b| b.to_bytes().len()).unwrap_or(0);
+                    s2.lock().unwrap().push(("echo", ON_CONNECTION_TASK.get()));
+                    n.to_string()
+                }),
+            )
+            .route(
+                "/slow",
+                post(|body: axum::body::Body| async move {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    body.collect().await.map(|b| b.to_bytes().len()).unwrap_or(0).to_string()
+                }),
+            )
+            .route(
+                "/panic",
+                post(|| async {
+                    if ON_CONNECTION_TASK.get() {
+                        panic!("handler panicked on purpose");
+                    }
+                    StatusCode::OK
+                }),
+            );
+        serve(Listen::new("h2conn-test", "127.0.0.1:0"), app).await.unwrap()
+    }
+
+    async fn client(server: &ServerHandle) -> h2::client::SendRequest<Bytes> {
+        let tcp = tokio::net::TcpStream::connect(server.local_addr).await.unwrap();
+        let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        send
+    }
+
+    fn post_to(path: &str) -> Request<()> {
+        Request::post(format!("http://weir{path}")).body(()).unwrap()
+    }
+
+    /// Sends `len` body bytes (or fewer if the answer comes first) and returns the
+    /// status and body of the answer, failing rather than hanging.
+    async fn exchange(send: &mut h2::client::SendRequest<Bytes>, path: &str, len: usize) -> (StatusCode, String) {
+        let (response, mut body) = send.clone().ready().await.unwrap().send_request(post_to(path), false).unwrap();
+        body.send_data(Bytes::from(vec![b'x'; len]), true).unwrap();
+        let response = tokio::time::timeout(Duration::from_secs(5), response).await.expect("an answer within 5 s").unwrap();
+        let status = response.status();
+        let mut recv = response.into_body();
+        let mut text = Vec::new();
+        while let Some(chunk) = recv.data().await {
+            let chunk = chunk.unwrap();
+            let _ = recv.flow_control().release_capacity(chunk.len());
+            text.extend_from_slice(&chunk);
+        }
+        (status, String::from_utf8(text).unwrap())
+    }
+
+    /// A refusal with its body unread closes the window for the streams that follow; the
+    /// next admitted request reopens it and is served whole; after that new streams get
+    /// the full window again.
+    #[tokio::test]
+    async fn a_refusing_connection_closes_its_window_until_a_request_is_admitted() {
+        let server = start(Seen::default()).await;
+        let mut send = client(&server).await;
+        let (status, _) = exchange(&mut send, "/refuse", 100_000).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        // The SETTINGS frame and its acknowledgement cross on the loopback.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // A stream whose body is not read yet shows the window it was given.
+        let (_response, mut body) = send.clone().ready().await.unwrap().send_request(post_to("/slow"), false).unwrap();
+        body.reserve_capacity(10_000);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(body.capacity(), 0, "a stream opened while refusing may send no body byte");
+        body.send_reset(Reason::CANCEL);
+
+        let (status, text) = exchange(&mut send, "/echo", 100_000).await;
+        assert_eq!((status, text.as_str()), (StatusCode::OK, "100000"));
+        let (_response, mut body) = send.clone().ready().await.unwrap().send_request(post_to("/slow"), false).unwrap();
+        body.reserve_capacity(10_000);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(body.capacity(), 10_000, "after an admitted request the window is open again");
+        body.send_reset(Reason::CANCEL);
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    /// A refusal is answered on the connection's task; an admitted request reads its body
+    /// and finishes on a task of its own.
+    #[tokio::test]
+    async fn refusals_finish_on_the_connection_task_and_admitted_requests_on_their_own() {
+        let seen = Seen::default();
+        let server = start(Arc::clone(&seen)).await;
+        let mut send = client(&server).await;
+        assert_eq!(exchange(&mut send, "/refuse", 10).await.0, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(exchange(&mut send, "/echo", 10).await.1, "10");
+        assert_eq!(*seen.lock().unwrap(), vec![("refuse", true), ("echo", false)]);
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    /// A stream that panics on the connection's task is reset; the connection and its
+    /// other streams go on.
+    #[tokio::test]
+    async fn a_panicking_stream_is_reset_and_the_connection_goes_on() {
+        let server = start(Seen::default()).await;
+        let mut send = client(&server).await;
+        let (response, _body) = send.clone().ready().await.unwrap().send_request(post_to("/panic"), true).unwrap();
+        let err = tokio::time::timeout(Duration::from_secs(5), response).await.expect("a reset within 5 s").unwrap_err();
+        assert!(err.is_reset(), "{err}");
+        assert_eq!(exchange(&mut send, "/echo", 3).await.1, "3");
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+}
