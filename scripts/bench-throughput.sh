@@ -256,6 +256,12 @@ refusal "request quota (429), h2c, 512x10 body sent" quota h2c 512x10 "-H x-bk-t
 refusal "request quota (RESOURCE_EXHAUSTED), gRPC, 512x10 body sent" quota grpc 512x10 "-H x-bk-token:limited"
 refusal "throttle Open (503), h2c, 512x10 body sent" open h2c 512x10 ""
 refusal "throttle Open (UNAVAILABLE), gRPC, 512x10 body sent" open grpc 512x10 ""
+# HTTP/1.1 (16 connections, one request at a time each) has no flow control: a refused
+# body the client sends anyway is read away and discarded before the answer, so the
+# connection stays usable (src/receiver/middleware/drain.rs: up to 1 MiB, 8 at a time,
+# else the answer closes the connection), and costs what receiving it costs.
+refusal "request quota (429), HTTP/1.1, 512x10 body sent" quota h1 512x10 "-H x-bk-token:limited"
+refusal "request quota (429), HTTP/1.1, 2-byte body" quota h1 tiny "-H x-bk-token:limited" "$TINY_N"
 refusal "request quota (429), h2c, 2-byte body, no body bytes to receive" quota h2c tiny "-H x-bk-token:limited" "$TINY_N"
 refusal "throttle Open (503), h2c, 2-byte body, no body bytes to receive" open h2c tiny "" "$TINY_N"
 refusal "request quota (RESOURCE_EXHAUSTED), gRPC, 2-byte message" quota grpc tiny "-H x-bk-token:limited" "$TINY_N"

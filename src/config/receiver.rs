@@ -47,11 +47,13 @@ pub struct HttpServerConfig {
     /// Limit for the wire body and for the body after decompression.
     pub max_request_body_bytes: usize,
     /// HTTP/2: how many body bytes a client may send on one stream before weir has
-    /// read them (the initial stream flow-control window). A refusal comes before any
-    /// body byte is read, but whatever the client has already sent must still be
-    /// received and thrown away: a smaller window makes a refused large request cheaper,
-    /// an accepted one a little dearer (more WINDOW_UPDATE round trips). At least 65535
-    /// (the protocol's default).
+    /// read them (the initial stream flow-control window). While a connection is
+    /// refusing (its latest request was answered with the body unread and nothing on it
+    /// is reading a body) weir sets the window to 0, so refused requests arrive as
+    /// headers only; the next admitted request restores this value. A smaller value
+    /// makes the first refused large request on a connection cheaper and every accepted
+    /// one a little dearer (more WINDOW_UPDATE round trips). At least 65535 (the
+    /// protocol's default).
     pub http2_stream_window_bytes: u32,
     /// Optional TLS.
     pub tls: Option<TlsConfig>,

@@ -289,22 +289,28 @@ async fn stream(app: Router, request: Request<ProbeBody<H2Body>>, mut respond: S
 }
 
 /// What hyper does to a response head on its way out: a `date`, a `content-length` when
-/// the body's size is known, and no connection-specific fields (HTTP/2 forbids them).
+/// the body's size is known, and no connection-specific fields (HTTP/2 forbids them, RFC
+/// 9113 8.2.2, and h2 would refuse the head).
 fn tidy_headers(headers: &mut http::HeaderMap, body: &axum::body::Body) {
-    for name in [CONNECTION, TRANSFER_ENCODING, UPGRADE, HeaderName::from_static("keep-alive"), HeaderName::from_static("proxy-connection")]
-    {
-        if headers.contains_key(&name) {
-            headers.remove(&name);
+    if headers.keys().any(is_connection_field) {
+        for name in
+            [CONNECTION, TRANSFER_ENCODING, UPGRADE, HeaderName::from_static("keep-alive"), HeaderName::from_static("proxy-connection")]
+        {
+            headers.remove(name);
         }
     }
-    if !headers.contains_key(CONTENT_LENGTH) {
+    if let http::header::Entry::Vacant(e) = headers.entry(CONTENT_LENGTH) {
         if let Some(n) = body.size_hint().exact() {
-            headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
+            e.insert(HeaderValue::from(n));
         }
     }
-    if !headers.contains_key(DATE) {
-        headers.insert(DATE, http_date());
+    if let http::header::Entry::Vacant(e) = headers.entry(DATE) {
+        e.insert(http_date());
     }
+}
+
+fn is_connection_field(name: &HeaderName) -> bool {
+    name == CONNECTION || name == TRANSFER_ENCODING || name == UPGRADE || name == "keep-alive" || name == "proxy-connection"
 }
 
 /// The `date` value, formatted once per second per thread.
@@ -348,7 +354,11 @@ async fn send_body(body: axum::body::Body, send: &mut SendStream<Bytes>) {
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) => {
                     let end = body.is_end_stream();
-                    if !data.is_empty() {
+                    // A last frame of at most one DATA frame's size goes out as it is
+                    // (h2 holds it until the window allows); a longer body waits for
+                    // window room frame by frame.
+                    let small_last = end && data.len() <= 16 * 1024;
+                    if !data.is_empty() && !small_last {
                         send.reserve_capacity(1);
                         match poll_fn(|cx| send.poll_capacity(cx)).await {
                             Some(Ok(_)) => {}
@@ -494,6 +504,27 @@ mod tests {
         assert_eq!(exchange(&mut send, "/echo", 10).await.1, "10");
         assert_eq!(*seen.lock().unwrap(), vec![("refuse", true), ("echo", false)]);
         server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    /// The head goes out with a date and a length, and without fields HTTP/2 forbids.
+    #[test]
+    fn response_heads_get_date_and_length_and_lose_connection_fields() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        headers.insert("retry-after", HeaderValue::from_static("1"));
+        tidy_headers(&mut headers, &axum::body::Body::from("twelve bytes"));
+        assert!(!headers.contains_key(CONNECTION) && !headers.contains_key("keep-alive"));
+        assert_eq!(headers["retry-after"], "1");
+        assert_eq!(headers[CONTENT_LENGTH], "12");
+        let date = httpdate::parse_http_date(headers[DATE].to_str().unwrap()).unwrap();
+        let skew = date.duration_since(std::time::SystemTime::now()).or_else(|e| Ok::<_, ()>(e.duration())).unwrap();
+        assert!(skew < Duration::from_secs(5), "date {:?} is not now", headers[DATE]);
+
+        let mut headers = http::HeaderMap::new();
+        headers.insert(CONTENT_LENGTH, HeaderValue::from_static("7"));
+        tidy_headers(&mut headers, &axum::body::Body::from("twelve bytes"));
+        assert_eq!(headers[CONTENT_LENGTH], "7", "a length the app set stays");
     }
 
     /// A stream that panics on the connection's task is reset; the connection and its
