@@ -506,6 +506,21 @@ mod tests {
         server.shutdown(Duration::from_secs(1)).await;
     }
 
+    /// On shutdown a request in flight is finished and answered; the connection is then
+    /// closed (GOAWAY) and the server is gone.
+    #[tokio::test]
+    async fn shutdown_finishes_the_streams_in_flight() {
+        let server = start(Seen::default()).await;
+        let addr = server.local_addr;
+        let mut send = client(&server).await;
+        let in_flight = tokio::spawn(async move { exchange(&mut send, "/slow", 1000).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        server.shutdown(Duration::from_secs(5)).await;
+        let (status, text) = in_flight.await.unwrap();
+        assert_eq!((status, text.as_str()), (StatusCode::OK, "1000"));
+        assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "the listener is closed");
+    }
+
     /// The head goes out with a date and a length, and without fields HTTP/2 forbids.
     #[test]
     fn response_heads_get_date_and_length_and_lose_connection_fields() {

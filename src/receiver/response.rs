@@ -241,12 +241,17 @@ impl ApiError {
         let message = grpc_percent_encode(&self.message());
         if !message.is_empty() {
             // Only visible ASCII is left after encoding.
-            if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(message)) {
+            if let Ok(mut v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(message)) {
+                v.set_sensitive(true);
                 headers.insert("grpc-message", v);
             }
         }
+        // Both values name a retry delay and almost never repeat: marked sensitive, HPACK
+        // sends them as never-indexed literals instead of adding each to the connection's
+        // table (where it would only evict fields that do repeat).
         let details = base64::engine::general_purpose::STANDARD_NO_PAD.encode(self.encode_rpc_status());
-        if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(details)) {
+        if let Ok(mut v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(details)) {
+            v.set_sensitive(true);
             headers.insert("grpc-status-details-bin", v);
         }
         resp
