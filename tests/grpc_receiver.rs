@@ -120,6 +120,38 @@ async fn tenant_quota_refuses_with_the_exact_wait_before_the_body() {
     w.app.shutdown().await;
 }
 
+/// Refusals close the connection's stream window (weir sends SETTINGS_INITIAL_WINDOW_SIZE
+/// 0 while it refuses); when the quota has room again, a large message on the same tonic
+/// channel must still get through whole.
+#[tokio::test]
+async fn a_connection_refused_many_times_still_carries_the_next_admitted_request() {
+    let extra = "  auth:\n    tenants:\n      limited: {rate: {requests_per_second: 4, burst: 1}}\n";
+    let w = start_yaml(&base_yaml(std::path::Path::new("{dir}"), extra)).await;
+    let ch = tonic::transport::Channel::from_shared(w.grpc()).unwrap().connect().await.unwrap();
+    let export = |spans: usize| {
+        let mut req = tonic::Request::new(traces("w", spans, 10));
+        req.metadata_mut().insert("x-bk-token", "limited".parse().unwrap());
+        let mut client = TraceServiceClient::new(ch.clone());
+        async move { client.export(req).await }
+    };
+    let mut refused = 0;
+    for _ in 0..20 {
+        match export(200).await {
+            Err(e) if e.code() == Code::ResourceExhausted => refused += 1,
+            other => assert!(other.is_ok(), "{other:?}"),
+        }
+    }
+    assert!(refused >= 15, "only {refused} of 20 refused");
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    // 2000 spans x 10 attributes: several hundred KB, far more than a closed window lets
+    // through, so this only completes if the window is opened again.
+    let ok = tokio::time::timeout(std::time::Duration::from_secs(10), export(2000)).await.expect("no stall");
+    assert!(ok.is_ok(), "{ok:?}");
+    let accepted = metric_value(&w.admin(), "weir_items_accepted_total{signal=\"traces\"}").await.unwrap_or(0.0);
+    assert!(accepted >= 2000.0, "{accepted}");
+    w.app.shutdown().await;
+}
+
 #[tokio::test]
 async fn item_quota_is_reported_as_partial_success() {
     let extra = "  auth:\n    tenants:\n      metered: {items: {traces: 10}}\n";
