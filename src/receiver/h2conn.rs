@@ -5,11 +5,12 @@
 //! **Refusals on the connection's task.** Each new stream's future is polled once where
 //! the connection accepted it. A refusal (throttle, quota, no token) is ready on that
 //! first poll, before any body byte is read, and is answered there: no task, no trip
-//! through the scheduler, no cross-task wake. A stream still pending after that poll
-//! (an admitted request: [`ProbeBody`] holds its first body read back on the
-//! connection's task) is spawned, so reading, decompressing and decoding run on their
-//! own task and one connection's streams spread over all cores. A panic in a stream
-//! polled here resets that stream, not the connection.
+//! through the scheduler, no cross-task wake. A stream still pending after that poll is
+//! spawned. An admitted request must not do its work there (streams of one connection
+//! would run one after another instead of on all cores), so [`H2Body`] answers a read
+//! made during that first poll with `Pending` (after waking the task, so nothing
+//! stalls): the stream stays pending, goes to its own task, and reads, decompresses and
+//! decodes there. A panic in a stream polled here resets that stream, not the connection.
 //!
 //! **No body bytes for a refusal.** Whatever a client has sent of a body before it hears
 //! the refusal must still be received and thrown away: with a 1 MiB stream window, a
@@ -23,7 +24,6 @@
 //! and every later stream starts with the full window again. h2 allows one SETTINGS
 //! change in flight; the next waits for the peer's acknowledgement.
 
-use super::inline::{ProbeBody, ON_CONNECTION_TASK};
 use super::rxstamp::RxStamp;
 use axum::Router;
 use bytes::Bytes;
@@ -33,12 +33,18 @@ use h2::{Reason, RecvStream, SendStream};
 use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING, UPGRADE};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
+use std::cell::Cell;
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite};
+
+thread_local! {
+    /// Set while a new stream is polled on its connection's task.
+    static ON_CONNECTION_TASK: Cell<bool> = const { Cell::new(false) };
+}
 
 /// Locally reset streams one connection may cause before it is sent GOAWAY. An early
 /// refusal answers before the body has arrived and resets the rest of the stream; a
@@ -140,6 +146,12 @@ impl Body for H2Body {
             return Poll::Ready(None);
         }
         if !this.reading {
+            if ON_CONNECTION_TASK.get() {
+                // Woken at once: the stream's own task polls it again right after the
+                // spawn, and this wake only costs the connection a spare poll.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
             this.reading = true;
             this.window.reader_started();
         }
@@ -248,7 +260,7 @@ fn start_stream(
     stamp: &RxStamp,
     window: &Arc<WindowState>,
 ) {
-    let mut request = request.map(|recv| ProbeBody::new(H2Body::new(recv, Arc::clone(window))));
+    let mut request = request.map(|recv| H2Body::new(recv, Arc::clone(window)));
     request.extensions_mut().insert(stamp.clone());
     let mut task = Box::pin(stream(app.clone(), request, respond));
     ON_CONNECTION_TASK.set(true);
@@ -266,7 +278,7 @@ fn start_stream(
 }
 
 /// One stream: the app's answer, then its body, until done or reset by the client.
-async fn stream(app: Router, request: Request<ProbeBody<H2Body>>, mut respond: SendResponse<Bytes>) {
+async fn stream(app: Router, request: Request<H2Body>, mut respond: SendResponse<Bytes>) {
     let call = tower::ServiceExt::oneshot(app, request);
     let mut call = pin!(call);
     // A client that resets the stream cancels the call.

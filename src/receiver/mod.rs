@@ -7,7 +7,6 @@ pub mod decode;
 pub mod grpc;
 pub mod h2conn;
 pub mod http;
-pub mod inline;
 pub mod middleware;
 pub mod promrw;
 pub mod pyroscope;

@@ -144,7 +144,7 @@ impl Stamped {
     }
 
     /// Write coalescing for HTTP/2. An admitted stream's response is made by its own
-    /// task (refusals are answered on the connection's task, see `receiver::inline`),
+    /// task (refusals are answered on the connection's task, see `receiver::h2conn`),
     /// and each one wakes the connection task, which writes what is ready at once: one
     /// `writev` per response. On loopback or a fast LAN that system call (with the
     /// peer's receive path it sets off) is most of what a small response costs (perf,

@@ -224,25 +224,25 @@ where
 {
     // Read until the bytes differ from the preface or all of it is there: an HTTP/1.1
     // request differs by its second byte, so this is one read in practice.
-    let mut seen = Vec::with_capacity(H2_PREFACE.len());
-    let mut buf = [0u8; 24];
+    let mut seen = [0u8; H2_PREFACE.len()];
+    let mut len = 0;
     let h2 = loop {
         let n = tokio::select! {
-            r = io.read(&mut buf[..H2_PREFACE.len() - seen.len()]) => r?,
+            r = io.read(&mut seen[len..]) => r?,
             _ = stop_signal(stop.clone()) => return Ok(()),
         };
         if n == 0 {
             return Ok(());
         }
-        seen.extend_from_slice(&buf[..n]);
-        if !H2_PREFACE.starts_with(&seen) {
+        len += n;
+        if !H2_PREFACE.starts_with(&seen[..len]) {
             break false;
         }
-        if seen.len() == H2_PREFACE.len() {
+        if len == H2_PREFACE.len() {
             break true;
         }
     };
-    let io = Rewind { seen: Some(seen), pos: 0, inner: io };
+    let io = Rewind { seen, len, pos: 0, inner: io };
     if h2 {
         return Ok(h2conn::serve(io, app, stamp, settings, stop_signal(stop)).await?);
     }
@@ -261,7 +261,9 @@ where
 
 /// An I/O that replays the bytes read to tell the protocol before reading on.
 struct Rewind<I> {
-    seen: Option<Vec<u8>>,
+    seen: [u8; H2_PREFACE.len()],
+    /// Bytes in `seen`, and how many of them have been replayed.
+    len: usize,
     pos: usize,
     inner: I,
 }
@@ -269,16 +271,11 @@ struct Rewind<I> {
 impl<I: AsyncRead + Unpin> AsyncRead for Rewind<I> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if let Some(seen) = &this.seen {
-            let take = buf.remaining().min(seen.len() - this.pos);
-            buf.put_slice(&seen[this.pos..this.pos + take]);
+        let take = buf.remaining().min(this.len - this.pos);
+        if take > 0 {
+            buf.put_slice(&this.seen[this.pos..this.pos + take]);
             this.pos += take;
-            if this.pos == seen.len() {
-                this.seen = None;
-            }
-            if take > 0 {
-                return Poll::Ready(Ok(()));
-            }
+            return Poll::Ready(Ok(()));
         }
         Pin::new(&mut this.inner).poll_read(cx, buf)
     }

@@ -90,14 +90,6 @@ fn has_body(req: &Request<Body>) -> bool {
     h.contains_key(header::TRANSFER_ENCODING) || h.get(header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0")
 }
 
-/// [`finish`], awaited.
-pub async fn finish_async(req: Request<Body>, resp: Response<Body>) -> Response<Body> {
-    match finish(req, resp) {
-        Ok(resp) => resp,
-        Err(draining) => draining.await,
-    }
-}
-
 fn close(resp: &mut Response<Body>) {
     resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
 }
