@@ -38,9 +38,9 @@ target/pyvenv-bench/bin/pip install -q --disable-pip-version-check opentelemetry
 PROFILE_DIR=release
 if [ -n "${SMOKE:-}" ]; then
   PROFILE_DIR=debug SKIP_DECODE_BENCH=1
-  cargo build -q --bin weir --example throughput_bodies --example h2_floor
+  cargo build -q --bin weir --example throughput_bodies --example h2_floor --example raw_floor
 else
-  cargo build -q --release --bin weir --example throughput_bodies --example h2_floor
+  cargo build -q --release --bin weir --example throughput_bodies --example h2_floor --example raw_floor
 fi
 SERVER_BIN=${SERVER_BIN:-./target/$PROFILE_DIR/weir}
 BODIES=target/throughput/bodies
@@ -89,6 +89,7 @@ YAML
 }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+sys_ticks() { awk '{print $15}' "/proc/$1/stat"; }
 metric() { # metric ADMIN_PORT REGEX -> sum of matching samples
   curl -sf "http://127.0.0.1:$1/metrics" | awk -v re="$2" '$0 ~ re {s += $NF} END {printf "%d\n", s}'
 }
@@ -114,7 +115,7 @@ h2load_args() {
   esac
 }
 
-# run_once NAME PROTO BODY N EXTRA_H2LOAD_ARGS -> "spans cpu_s wall_s rss_kb http_2xx refused mean max"
+# run_once NAME PROTO BODY N EXTRA_H2LOAD_ARGS -> "spans cpu_s wall_s rss_kb http_2xx refused mean max sys_s"
 # (spans: weir's accepted counter; refused: weir's refused-request counter, which also
 # sees gRPC refusals that travel as HTTP 200 with a grpc-status).
 run_once() {
@@ -125,10 +126,10 @@ run_once() {
   echo 5 > "/proc/$pid/clear_refs" 2> /dev/null || true # reset VmHWM so the peak is this run's
   a0=$(metric "$admin" '^weir_items_accepted_total')
   r0=$(metric "$admin" '^weir_receiver_requests_rejected_total')
-  t0=$(cpu_ticks "$pid")
+  t0=$(cpu_ticks "$pid") s0=$(sys_ticks "$pid")
   # shellcheck disable=SC2086
   out=$(taskset -c "$LOAD_CORE" h2load -n "$n" $args $extra 2>&1)
-  t1=$(cpu_ticks "$pid")
+  t1=$(cpu_ticks "$pid") s1=$(sys_ticks "$pid")
   a1=$(metric "$admin" '^weir_items_accepted_total')
   r1=$(metric "$admin" '^weir_receiver_requests_rejected_total')
   local rss wall ok2xx mean max
@@ -137,7 +138,7 @@ run_once() {
   ok2xx=$(echo "$out" | awk '/^status codes:/ {gsub(",", ""); print $3}')
   mean=$(echo "$out" | awk '/^time for request:/ {print $6}')
   max=$(echo "$out" | awk '/^time for request:/ {print $5}')
-  echo "$((a1 - a0)) $(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" 'BEGIN {printf "%.3f", t / hz}') $wall $rss $ok2xx $((r1 - r0)) $mean $max"
+  echo "$((a1 - a0)) $(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" 'BEGIN {printf "%.3f", t / hz}') $wall $rss $ok2xx $((r1 - r0)) $mean $max $(awk -v t=$((s1 - s0)) -v hz="$CLK_TCK" 'BEGIN {printf "%.3f", t / hz}')"
 }
 
 # median_range VALUES... -> "median (min–max)"
@@ -227,29 +228,36 @@ TINY_N=$((REJ_N * 5))
 # build decodes slowly).
 ACC_N=$REJ_N
 [ -n "${SMOKE:-}" ] && ACC_N=600
-# cost_per_request NAME PROTO BODY EXTRA N -> "median-µs min-µs max-µs fewest-ok fewest-refused"
+# cost_per_request NAME PROTO BODY EXTRA N -> "median-µs min-µs max-µs fewest-ok fewest-refused median-kernel-µs"
 # over $RUNS runs of N requests after a warm-up (a single run swung by a third between
 # runs on this machine).
 cost_per_request() {
-  local acc cpu wall peak ok refused mean max n=$5 us=() min_ok= min_ref=
+  local acc cpu wall peak ok refused mean max sys n=$5 us=() ks=() min_ok= min_ref=
   run_once "$1" "$2" "$3" $((n / 5)) "$4" > /dev/null
   for _ in $(seq 1 "$RUNS"); do
-    read -r acc cpu wall peak ok refused mean max <<< "$(run_once "$1" "$2" "$3" "$n" "$4")"
+    read -r acc cpu wall peak ok refused mean max sys <<< "$(run_once "$1" "$2" "$3" "$n" "$4")"
     us+=("$(awk -v c="$cpu" -v n="$n" 'BEGIN {printf "%.1f", c / n * 1e6}')")
+    ks+=("$(awk -v c="$sys" -v n="$n" 'BEGIN {printf "%.1f", c / n * 1e6}')")
     [ -z "$min_ok" ] || [ "$ok" -lt "$min_ok" ] && min_ok=$ok
     [ -z "$min_ref" ] || [ "$refused" -lt "$min_ref" ] && min_ref=$refused
   done
-  printf '%s\n' "${us[@]}" | sort -g | awk -v o="$min_ok" -v r="$min_ref" '{v[NR] = $1} END {print v[int((NR + 1) / 2)], v[1], v[NR], o, r}'
+  local kernel
+  kernel=$(printf '%s\n' "${ks[@]}" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')
+  printf '%s\n' "${us[@]}" | sort -g | awk -v o="$min_ok" -v r="$min_ref" -v k="$kernel" '{v[NR] = $1} END {print v[int((NR + 1) / 2)], v[1], v[NR], o, r, k}'
+}
+# row LABEL MEDIAN LO HI KERNEL -> a refusal table row, as a share of the accepted request
+row() {
+  awk -v l="$1" -v u="$2" -v lo="$3" -v hi="$4" -v k="$5" -v a="$acc_us" 'BEGIN {v = u; lt = sub(/^</, "", v); printf "| %s | %s (%s–%s) | %s | %s%.1f%% |", l, u, lo, hi, k, lt ? "<" : "", 100 * v / a}'
 }
 REFUSAL_ROWS=()
-read -r acc_us acc_lo acc_hi acc_ok _ <<< "$(cost_per_request quota h2c 512x10 "-H x-bk-token:ok" "$ACC_N")"
+read -r acc_us acc_lo acc_hi acc_ok _ acc_kernel <<< "$(cost_per_request quota h2c 512x10 "-H x-bk-token:ok" "$ACC_N")"
 [ "$acc_ok" -eq "$ACC_N" ] || { echo "accepted only $acc_ok of $ACC_N" >&2; exit 1; }
 refusal() { # refusal LABEL NAME PROTO BODY EXTRA [N]
-  local us lo hi ok refused n=${6:-$REJ_N}
-  read -r us lo hi ok refused <<< "$(cost_per_request "$2" "$3" "$4" "$5" "$n")"
+  local us lo hi ok refused kernel n=${6:-$REJ_N}
+  read -r us lo hi ok refused kernel <<< "$(cost_per_request "$2" "$3" "$4" "$5" "$n")"
   # The quota grants one request per second: a run may see one or two successes.
   [ "$refused" -ge $((n - 3)) ] || { echo "$1: only $refused of $n refused" >&2; exit 1; }
-  REFUSAL_ROWS+=("$(awk -v l="$1" -v u="$us" -v lo="$lo" -v hi="$hi" -v a="$acc_us" 'BEGIN {printf "| %s | %s (%s–%s) | %.1f%% |", l, u, lo, hi, 100 * u / a}')")
+  REFUSAL_ROWS+=("$(row "$1" "$us" "$lo" "$hi" "$kernel")")
   echo "${REFUSAL_ROWS[-1]}"
 }
 refusal "request quota (429), h2c, 512x10 body sent" quota h2c 512x10 "-H x-bk-token:limited"
@@ -271,30 +279,57 @@ refusal "throttle Open (UNAVAILABLE), gRPC, 2-byte message" open grpc tiny "" "$
 refusal "request quota (429), h2c, 2-byte body, 4 connections x 64 streams" quota h2c tiny "-H x-bk-token:limited -m 64" "$TINY_N"
 refusal "throttle Open (503), h2c, 2-byte body, 4 connections x 64 streams" open h2c tiny "-m 64" "$TINY_N"
 
-# The floor: a bare HTTP/2 server (h2, weir's socket layer, allocator and runtime, and
-# nothing else) answering every request with weir's 429 (`examples/h2_floor.rs`). What
-# a refusal costs weir above this is weir's own; the rest is HTTP/2 and the kernel.
-FLOOR_PORT=$(port)
-taskset -c "$SERVER_CORE" "./target/$PROFILE_DIR/examples/h2_floor" "127.0.0.1:$FLOOR_PORT" > "$WORK/floor.log" 2>&1 &
-FLOOR_PID=$!
-PIDS+=("$FLOOR_PID")
-for _ in $(seq 1 50); do grep -q listening "$WORK/floor.log" && break; sleep 0.1; done
-floor() { # floor LABEL EXTRA_H2LOAD_ARGS: the same measure as `refusal`, counted by h2load
-  local t0 t1 out us=() n=$TINY_N u lo hi
-  # shellcheck disable=SC2086
+# Floors: servers that answer every request with weir's 429 and do nothing else, run
+# the same way as weir (pinned to $SERVER_CORE, counted by h2load's status line).
+# `examples/h2_floor.rs`: the h2 crate with weir's socket layer, allocator and runtime;
+# what a refusal costs weir above it is weir's own. `examples/raw_floor.rs`: pre-encoded
+# answers, HTTP/2 frame headers parsed and no HPACK, the stream window closed as weir
+# closes it while refusing; HTTP/1.1 heads scanned for their end and length. What it
+# costs is the kernel's and the runtime's share, which no HTTP implementation can save.
+# start_floor NAME BIN [ENV...] -> ${NAME}_PID, ${NAME}_PORT
+start_floor() {
+  local name=$1 bin=$2 p pid
+  shift 2
+  p=$(port)
+  env "$@" taskset -c "$SERVER_CORE" "./target/$PROFILE_DIR/examples/$bin" "127.0.0.1:$p" > "$WORK/$name.log" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  for _ in $(seq 1 50); do grep -q listening "$WORK/$name.log" && break; sleep 0.1; done
+  grep -q listening "$WORK/$name.log" || { cat "$WORK/$name.log"; exit 1; }
+  printf -v "${name}_PID" %s "$pid"
+  printf -v "${name}_PORT" %s "$p"
+}
+start_floor h2floor h2_floor
+start_floor rawfloor raw_floor
+start_floor truncfloor raw_floor FLOOR_TRUNC=1
+per_request() { # per_request TICKS N -> µs per request; "<X" when the run took no tick at all
+  awk -v t="$1" -v hz="$CLK_TCK" -v n="$2" 'BEGIN {if (t == 0) printf "<%.2f", 1 / hz / n * 1e6; else printf "%.1f", t / hz / n * 1e6}'
+}
+floor() { # floor LABEL NAME BODY N H2LOAD_ARGS...: the same measure as `refusal`
+  local label=$1 name=$2 body=$3 n=$4 pid p t0 t1 s0 s1 out us=() ks=() u lo hi k
+  shift 4
+  eval "pid=\$${name}_PID p=\$${name}_PORT"
   for r in $(seq 0 "$RUNS"); do
-    t0=$(cpu_ticks "$FLOOR_PID")
-    out=$(taskset -c "$LOAD_CORE" h2load -n "$n" -c 4 -m 4 $2 -d "$BODIES/tiny.pb" "http://127.0.0.1:$FLOOR_PORT/v1/traces" 2>&1)
-    t1=$(cpu_ticks "$FLOOR_PID")
-    echo "$out" | grep -q "^status codes: 0 2xx, 0 3xx, $n 4xx" || { echo "$1: h2load did not get $n refusals: $out" >&2; exit 1; }
-    [ "$r" -eq 0 ] || us+=("$(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$n" 'BEGIN {printf "%.1f", t / hz / n * 1e6}')")
+    t0=$(cpu_ticks "$pid") s0=$(sys_ticks "$pid")
+    out=$(taskset -c "$LOAD_CORE" h2load -n "$n" "$@" -d "$BODIES/$body" "http://127.0.0.1:$p/v1/traces" 2>&1)
+    t1=$(cpu_ticks "$pid") s1=$(sys_ticks "$pid")
+    echo "$out" | grep -q "^status codes: 0 2xx, 0 3xx, $n 4xx" || { echo "$label: h2load did not get $n refusals: $out" >&2; exit 1; }
+    [ "$r" -eq 0 ] && continue # warm-up
+    us+=("$(per_request $((t1 - t0)) "$n")")
+    ks+=("$(per_request $((s1 - s0)) "$n")")
   done
   read -r u lo hi <<< "$(printf '%s\n' "${us[@]}" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)], v[1], v[NR]}')"
-  REFUSAL_ROWS+=("$(awk -v l="$1" -v u="$u" -v lo="$lo" -v hi="$hi" -v a="$acc_us" 'BEGIN {printf "| %s | %s (%s–%s) | %.1f%% |", l, u, lo, hi, 100 * u / a}')")
+  k=$(printf '%s\n' "${ks[@]}" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')
+  REFUSAL_ROWS+=("$(row "$label" "$u" "$lo" "$hi" "$k")")
   echo "${REFUSAL_ROWS[-1]}"
 }
-floor "floor: bare HTTP/2 server answering 429 (examples/h2_floor), 2-byte body" ""
-floor "floor: bare HTTP/2 server answering 429 (examples/h2_floor), 2-byte body, 4 connections x 64 streams" "-m 64"
+floor "floor, h2 crate: bare HTTP/2 server answering 429 (examples/h2_floor), 2-byte body" h2floor tiny.pb "$TINY_N" -c 4 -m 4
+floor "floor, h2 crate: the same, 4 connections x 64 streams" h2floor tiny.pb "$TINY_N" -c 4 -m 64
+floor "kernel floor, HTTP/2: pre-encoded frames, no HPACK (examples/raw_floor), 2-byte body" rawfloor tiny.pb "$TINY_N" -c 4 -m 4
+floor "kernel floor, HTTP/2: the same, 4 connections x 64 streams" rawfloor tiny.pb "$TINY_N" -c 4 -m 64
+floor "kernel floor, HTTP/1.1: answer from bytes (examples/raw_floor), 2-byte body" rawfloor tiny.pb "$TINY_N" --h1 -c 16 -m 1
+floor "kernel floor, HTTP/1.1: the same, 512x10 body sent and read away" rawfloor 512x10.pb "$REJ_N" --h1 -c 16 -m 1
+floor "kernel floor, HTTP/1.1: the same, 512x10 body thrown away in the kernel (recv MSG_TRUNC, no copy)" truncfloor 512x10.pb "$REJ_N" --h1 -c 16 -m 1
 
 # Decode-only: criterion, pinned to the same core, system allocator and jemalloc.
 decode_rate() { # decode_rate BENCH GROUP -> spans/s from criterion's median ("n/a": not run)
@@ -355,11 +390,11 @@ mkdir -p "$(dirname "$OUT")"
   echo
   echo "## Refusals ($REJ_N requests per run, $TINY_N for 2-byte bodies; median (range) of $RUNS runs after a warm-up; 4 connections x 4 streams unless the row says otherwise)"
   echo
-  echo "The floor rows are a bare HTTP/2 server (\`examples/h2_floor.rs\`: the h2 crate with weir's socket layer, allocator and runtime, no routing, auth, throttle or hyper) answering every request with weir's 429: what HTTP/2 and the kernel cost per request before weir does anything."
+  echo "The floor rows are servers that answer every request with weir's 429 and do nothing else, run and measured the same way. \`examples/h2_floor.rs\`: the h2 crate with weir's socket layer, allocator and runtime (no routing, auth, throttle or hyper): what HTTP/2 on h2 and the kernel cost before weir does anything. \`examples/raw_floor.rs\`: pre-encoded answers, no HPACK, HTTP/1.1 heads only scanned for their end: what the kernel and the runtime cost, which no HTTP implementation can save. CPU is utime+stime from /proc; the kernel column is stime alone."
   echo
-  echo "| request | weir CPU per request µs | share of an accepted 512x10 request |"
-  echo "|---|---|---|"
-  echo "| accepted 512x10, h2c (tenant without quota) | $acc_us ($acc_lo–$acc_hi) | 100% |"
+  echo "| request | CPU per request µs | of which kernel µs | share of an accepted 512x10 request |"
+  echo "|---|---|---|---|"
+  echo "| accepted 512x10, h2c (tenant without quota) | $acc_us ($acc_lo–$acc_hi) | $acc_kernel | 100% |"
   printf '%s\n' "${REFUSAL_ROWS[@]}"
 } > "$OUT"
 cat "$OUT"

@@ -1,0 +1,229 @@
+//! The floor under any server's refusal, below the h2 crate: a server that answers
+//! every request with weir's quota refusal from pre-encoded bytes, parsing no more of
+//! the request than it must to know where it ends. HTTP/2: frame headers only (no
+//! HPACK decoding: the answer does not depend on the request's fields), the stream
+//! window closed with `SETTINGS_INITIAL_WINDOW_SIZE 0` as weir closes it while
+//! refusing, and per refused stream a HEADERS, a DATA and an RST_STREAM, written together
+//! for everything one read brought. HTTP/1.1: find the end of the head, skip the
+//! declared body, write the answer. Each connection is a tokio task on a runtime like
+//! weir's, and nothing else runs.
+//!
+//! It is not a server anyone should run: it trusts its client completely (h2load). It
+//! measures what the kernel, the runtime and the least possible framing cost per
+//! refusal on this machine, so that `scripts/bench-throughput.sh` can tell how much of
+//! a refusal's cost any HTTP implementation could save.
+//!
+//! `cargo run --release --example raw_floor -- 127.0.0.1:4321`
+
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// weir's quota refusal body (as in `examples/h2_floor.rs`).
+const BODY: &[u8] = b"\x08\x08\x12\x36tenant quota exceeded; next request conforms in 0.991s\
+\x1a\x34\x0a\x28type.googleapis.com/google.rpc.RetryInfo\x12\x08\x0a\x06\x10\xa4\x87\xff\xd8\x03";
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+fn main() {
+    let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:4321".into());
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&addr).await.unwrap_or_else(|e| panic!("cannot listen on {addr}: {e}"));
+        println!("raw_floor listening on {}", listener.local_addr().expect("bound address"));
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(serve(stream));
+        }
+    });
+}
+
+async fn serve(mut io: TcpStream) {
+    let mut buf = Vec::with_capacity(64 * 1024);
+    // Enough to tell the two protocols apart.
+    while buf.len() < PREFACE.len() {
+        if read_more(&mut io, &mut buf).await.is_none() {
+            return;
+        }
+        if !PREFACE.starts_with(&buf[..buf.len().min(PREFACE.len())]) {
+            return http1(io, buf).await;
+        }
+    }
+    buf.drain(..PREFACE.len());
+    http2(io, buf).await;
+}
+
+/// Reads what is there into `buf`; `None` at the end or on an error.
+async fn read_more(io: &mut TcpStream, buf: &mut Vec<u8>) -> Option<usize> {
+    if buf.capacity() - buf.len() < 16 * 1024 {
+        buf.reserve(64 * 1024);
+    }
+    match io.read_buf(buf).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => Some(n),
+    }
+}
+
+fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+    let len = payload.len() as u32;
+    out.extend_from_slice(&len.to_be_bytes()[1..]);
+    out.push(kind);
+    out.push(flags);
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
+}
+
+const DATA: u8 = 0;
+const HEADERS: u8 = 1;
+const RST_STREAM: u8 = 3;
+const SETTINGS: u8 = 4;
+const PING: u8 = 6;
+const GOAWAY: u8 = 7;
+const END_STREAM: u8 = 1;
+const ACK: u8 = 1;
+
+/// `:status 429`, `content-type application/x-protobuf`, `retry-after 1`,
+/// `content-length 112`: literals without indexing, names from the static table.
+fn answer_head() -> Vec<u8> {
+    let mut h = vec![0x08, 3];
+    h.extend_from_slice(b"429");
+    h.extend_from_slice(&[0x0f, 31 - 15, 22]);
+    h.extend_from_slice(b"application/x-protobuf");
+    h.extend_from_slice(&[0x0f, 53 - 15, 1]);
+    h.extend_from_slice(b"1");
+    let len = BODY.len().to_string();
+    h.extend_from_slice(&[0x0f, 28 - 15, len.len() as u8]);
+    h.extend_from_slice(len.as_bytes());
+    h
+}
+
+async fn http2(mut io: TcpStream, mut buf: Vec<u8>) {
+    let head = answer_head();
+    let mut out = Vec::with_capacity(64 * 1024);
+    // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0: no stream may send a body byte.
+    frame(&mut out, SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 0]);
+    let mut pos = 0;
+    loop {
+        while buf.len() - pos >= 9 {
+            let len = u32::from_be_bytes([0, buf[pos], buf[pos + 1], buf[pos + 2]]) as usize;
+            if buf.len() - pos < 9 + len {
+                break;
+            }
+            let (kind, flags) = (buf[pos + 3], buf[pos + 4]);
+            let stream = u32::from_be_bytes([buf[pos + 5], buf[pos + 6], buf[pos + 7], buf[pos + 8]]) & 0x7fff_ffff;
+            let payload = &buf[pos + 9..pos + 9 + len];
+            match kind {
+                HEADERS => {
+                    frame(&mut out, HEADERS, 4, stream, &head);
+                    frame(&mut out, DATA, END_STREAM, stream, BODY);
+                    if flags & END_STREAM == 0 {
+                        frame(&mut out, RST_STREAM, 0, stream, &[0, 0, 0, 0]);
+                    }
+                }
+                SETTINGS if flags & ACK == 0 => frame(&mut out, SETTINGS, ACK, 0, &[]),
+                PING if flags & ACK == 0 => {
+                    let payload = payload.to_vec();
+                    frame(&mut out, PING, ACK, 0, &payload)
+                }
+                GOAWAY => return,
+                _ => {}
+            }
+            pos += 9 + len;
+        }
+        buf.drain(..pos);
+        pos = 0;
+        if !out.is_empty() {
+            if io.write_all(&out).await.is_err() {
+                return;
+            }
+            out.clear();
+        }
+        if read_more(&mut io, &mut buf).await.is_none() {
+            return;
+        }
+    }
+}
+
+async fn http1(mut io: TcpStream, mut buf: Vec<u8>) {
+    let mut answer = format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/x-protobuf\r\nretry-after: 1\r\ncontent-length: {}\r\ndate: Tue, 01 Dec 2026 00:00:00 GMT\r\n\r\n",
+        BODY.len()
+    )
+    .into_bytes();
+    answer.extend_from_slice(BODY);
+    let mut out = Vec::new();
+    let mut skip = 0usize;
+    let trunc = std::env::var_os("FLOOR_TRUNC").is_some();
+    loop {
+        loop {
+            if skip > 0 {
+                let n = skip.min(buf.len());
+                buf.drain(..n);
+                skip -= n;
+                if skip > 0 && trunc {
+                    // Straight from the socket, never copied out of the kernel.
+                    match discard(&io, skip).await {
+                        Some(n) => skip -= n,
+                        None => return,
+                    }
+                    continue;
+                }
+                if skip > 0 {
+                    break;
+                }
+            }
+            let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { break };
+            let head = &buf[..end];
+            skip = head
+                .split(|&b| b == b'\n')
+                .find_map(|line| {
+                    let line = std::str::from_utf8(line).ok()?.trim();
+                    let (name, value) = line.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length").then(|| value.trim().parse().ok())?
+                })
+                .unwrap_or(0);
+            buf.drain(..end + 4);
+            out.extend_from_slice(&answer);
+        }
+        if !out.is_empty() {
+            if io.write_all(&out).await.is_err() {
+                return;
+            }
+            out.clear();
+        }
+        if read_more(&mut io, &mut buf).await.is_none() {
+            return;
+        }
+    }
+}
+
+/// Throws away up to `n` bytes waiting on the socket without copying them
+/// (`recv(MSG_TRUNC)` on TCP); `None` at the end or on an error.
+async fn discard(io: &TcpStream, n: usize) -> Option<usize> {
+    use std::os::fd::AsRawFd;
+    loop {
+        io.readable().await.ok()?;
+        let got = io.try_io(tokio::io::Interest::READABLE, || {
+            // SAFETY: with MSG_TRUNC a TCP socket reads into no buffer.
+            let rc = unsafe { libc::recv(io.as_raw_fd(), std::ptr::null_mut(), n, libc::MSG_TRUNC | libc::MSG_DONTWAIT) };
+            if rc < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(rc as usize)
+            }
+        });
+        match got {
+            Ok(0) => return None,
+            Ok(k) => return Some(k),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => return None,
+        }
+    }
+}
