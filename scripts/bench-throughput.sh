@@ -170,7 +170,7 @@ for cell in $CELLS; do
   run_once main "$proto" "$body" $((n / 5)) > /dev/null # warm-up
   per_cpu=() per_wall=() rss=() means=() maxes=()
   for r in $(seq 1 "$RUNS"); do
-    read -r acc cpu wall peak ok refused mean max <<< "$(run_once main "$proto" "$body" "$n")"
+    read -r acc cpu wall peak ok refused mean max _sys <<< "$(run_once main "$proto" "$body" "$n")"
     if [ "$acc" -ne $((ok * spans)) ] || [ "$refused" -ne 0 ]; then
       echo "cell $cell run $r: weir accepted $acc spans and refused $refused requests; h2load saw $ok successes" >&2
       exit 1
