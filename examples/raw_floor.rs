@@ -71,6 +71,18 @@ async fn read_more(io: &mut TcpStream, buf: &mut Vec<u8>) -> Option<usize> {
     }
 }
 
+/// Writes everything answered so far in one go, then reads what came next; false when
+/// the connection is done.
+async fn turn(io: &mut TcpStream, out: &mut Vec<u8>, buf: &mut Vec<u8>) -> bool {
+    if !out.is_empty() {
+        if io.write_all(out).await.is_err() {
+            return false;
+        }
+        out.clear();
+    }
+    read_more(io, buf).await.is_some()
+}
+
 fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
     let len = payload.len() as u32;
     out.extend_from_slice(&len.to_be_bytes()[1..]);
@@ -139,13 +151,7 @@ async fn http2(mut io: TcpStream, mut buf: Vec<u8>) {
         }
         buf.drain(..pos);
         pos = 0;
-        if !out.is_empty() {
-            if io.write_all(&out).await.is_err() {
-                return;
-            }
-            out.clear();
-        }
-        if read_more(&mut io, &mut buf).await.is_none() {
+        if !turn(&mut io, &mut out, &mut buf).await {
             return;
         }
     }
@@ -192,13 +198,7 @@ async fn http1(mut io: TcpStream, mut buf: Vec<u8>) {
             buf.drain(..end + 4);
             out.extend_from_slice(&answer);
         }
-        if !out.is_empty() {
-            if io.write_all(&out).await.is_err() {
-                return;
-            }
-            out.clear();
-        }
-        if read_more(&mut io, &mut buf).await.is_none() {
+        if !turn(&mut io, &mut out, &mut buf).await {
             return;
         }
     }

@@ -5,7 +5,7 @@
 # warm-up (median and range), the decode-only criterion rate and the ratio, and what a
 # refused request costs. Writes bench/results/<date>/throughput.md.
 #
-#   bash scripts/bench-throughput.sh            # everything, about 12 minutes
+#   bash scripts/bench-throughput.sh            # everything, about 15 minutes
 #   RUNS=1 SPANS_PER_RUN=1000000 CELLS="h2c/512x10" bash scripts/bench-throughput.sh
 #
 # Environment (no WEIR_ names: weir reads those as config): RUNS (3), SPANS_PER_RUN (3000000: requests per run = this / spans per
