@@ -3,8 +3,8 @@
 //! the request than it must to know where it ends. HTTP/2: frame headers only (no
 //! HPACK decoding: the answer does not depend on the request's fields), the stream
 //! window closed with `SETTINGS_INITIAL_WINDOW_SIZE 0` as weir closes it while
-//! refusing, and per refused stream a HEADERS, a DATA and an RST_STREAM, written together
-//! for everything one read brought. HTTP/1.1: find the end of the head, skip the
+//! refusing, and per refused stream a HEADERS, a DATA and (if the client has not ended
+//! the stream) an RST_STREAM, written together for everything one read brought. HTTP/1.1: find the end of the head, skip the
 //! declared body, write the answer. Each connection is a tokio task on a runtime like
 //! weir's, and nothing else runs.
 //!
