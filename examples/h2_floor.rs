@@ -17,10 +17,8 @@ use weir::receiver::rxstamp::{enable_on_listener, Stamped};
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// What weir answers a request over its tenant's quota (protobuf `google.rpc.Status`
-/// with a `RetryInfo` of one second), byte for byte in length and shape.
-const BODY: &[u8] = b"\x08\x08\x12\x36tenant quota exceeded; next request conforms in 0.991s\
-\x1a\x34\x0a\x28type.googleapis.com/google.rpc.RetryInfo\x12\x08\x0a\x06\x10\xa4\x87\xff\xd8\x03";
+#[path = "common/refusal.rs"]
+mod refusal;
 
 fn main() {
     let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:4320".into());
@@ -28,6 +26,7 @@ fn main() {
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&addr).await.unwrap_or_else(|e| panic!("cannot listen on {addr}: {e}"));
         enable_on_listener(&listener);
+        let body = Bytes::from(refusal::quota_refusal_body());
         println!("h2_floor listening on {}", listener.local_addr().expect("bound address"));
         loop {
             let (stream, _) = match listener.accept().await {
@@ -38,14 +37,14 @@ fn main() {
                 }
             };
             let _ = stream.set_nodelay(true);
-            tokio::spawn(serve(Stamped::new(stream)));
+            tokio::spawn(serve(Stamped::new(stream), body.clone()));
         }
     });
 }
 
 /// One connection, with the HTTP/2 settings weir uses: every stream answered where it
 /// is accepted.
-async fn serve(io: Stamped) {
+async fn serve(io: Stamped, body: Bytes) {
     let mut builder = h2::server::Builder::new();
     builder
         .initial_window_size(
@@ -61,11 +60,11 @@ async fn serve(io: Stamped) {
             .status(429)
             .header("content-type", "application/x-protobuf")
             .header("retry-after", "1")
-            .header("content-length", BODY.len())
+            .header("content-length", body.len())
             .body(())
             .expect("static response head");
         if let Ok(mut send) = respond.send_response(head, false) {
-            let _ = send.send_data(Bytes::from_static(BODY), true);
+            let _ = send.send_data(body.clone(), true);
         }
     }
 }

@@ -22,17 +22,18 @@ use tokio::net::TcpStream;
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// weir's quota refusal body (as in `examples/h2_floor.rs`).
-const BODY: &[u8] = b"\x08\x08\x12\x36tenant quota exceeded; next request conforms in 0.991s\
-\x1a\x34\x0a\x28type.googleapis.com/google.rpc.RetryInfo\x12\x08\x0a\x06\x10\xa4\x87\xff\xd8\x03";
+#[path = "common/refusal.rs"]
+mod refusal;
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+use weir::receiver::h2conn::PREFACE;
 
 fn main() {
     let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:4321".into());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&addr).await.unwrap_or_else(|e| panic!("cannot listen on {addr}: {e}"));
+        // Made once, for the life of the process.
+        let body: &'static [u8] = refusal::quota_refusal_body().leak();
         println!("raw_floor listening on {}", listener.local_addr().expect("bound address"));
         loop {
             let Ok((stream, _)) = listener.accept().await else {
@@ -40,12 +41,12 @@ fn main() {
                 continue;
             };
             let _ = stream.set_nodelay(true);
-            tokio::spawn(serve(stream));
+            tokio::spawn(serve(stream, body));
         }
     });
 }
 
-async fn serve(mut io: TcpStream) {
+async fn serve(mut io: TcpStream, body: &[u8]) {
     let mut buf = Vec::with_capacity(64 * 1024);
     // Enough to tell the two protocols apart.
     while buf.len() < PREFACE.len() {
@@ -53,11 +54,11 @@ async fn serve(mut io: TcpStream) {
             return;
         }
         if !PREFACE.starts_with(&buf[..buf.len().min(PREFACE.len())]) {
-            return http1(io, buf).await;
+            return http1(io, buf, body).await;
         }
     }
     buf.drain(..PREFACE.len());
-    http2(io, buf).await;
+    http2(io, buf, body).await;
 }
 
 /// Reads what is there into `buf`; `None` at the end or on an error.
@@ -102,22 +103,22 @@ const END_STREAM: u8 = 1;
 const ACK: u8 = 1;
 
 /// `:status 429`, `content-type application/x-protobuf`, `retry-after 1`,
-/// `content-length 112`: literals without indexing, names from the static table.
-fn answer_head() -> Vec<u8> {
+/// `content-length` of the body: literals without indexing, names from the static table.
+fn answer_head(body: &[u8]) -> Vec<u8> {
     let mut h = vec![0x08, 3];
     h.extend_from_slice(b"429");
     h.extend_from_slice(&[0x0f, 31 - 15, 22]);
     h.extend_from_slice(b"application/x-protobuf");
     h.extend_from_slice(&[0x0f, 53 - 15, 1]);
     h.extend_from_slice(b"1");
-    let len = BODY.len().to_string();
+    let len = body.len().to_string();
     h.extend_from_slice(&[0x0f, 28 - 15, len.len() as u8]);
     h.extend_from_slice(len.as_bytes());
     h
 }
 
-async fn http2(mut io: TcpStream, mut buf: Vec<u8>) {
-    let head = answer_head();
+async fn http2(mut io: TcpStream, mut buf: Vec<u8>, body: &[u8]) {
+    let head = answer_head(body);
     let mut out = Vec::with_capacity(64 * 1024);
     // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0: no stream may send a body byte.
     frame(&mut out, SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 0]);
@@ -134,16 +135,13 @@ async fn http2(mut io: TcpStream, mut buf: Vec<u8>) {
             match kind {
                 HEADERS => {
                     frame(&mut out, HEADERS, 4, stream, &head);
-                    frame(&mut out, DATA, END_STREAM, stream, BODY);
+                    frame(&mut out, DATA, END_STREAM, stream, body);
                     if flags & END_STREAM == 0 {
                         frame(&mut out, RST_STREAM, 0, stream, &[0, 0, 0, 0]);
                     }
                 }
                 SETTINGS if flags & ACK == 0 => frame(&mut out, SETTINGS, ACK, 0, &[]),
-                PING if flags & ACK == 0 => {
-                    let payload = payload.to_vec();
-                    frame(&mut out, PING, ACK, 0, &payload)
-                }
+                PING if flags & ACK == 0 => frame(&mut out, PING, ACK, 0, payload),
                 GOAWAY => return,
                 _ => {}
             }
@@ -157,13 +155,13 @@ async fn http2(mut io: TcpStream, mut buf: Vec<u8>) {
     }
 }
 
-async fn http1(mut io: TcpStream, mut buf: Vec<u8>) {
+async fn http1(mut io: TcpStream, mut buf: Vec<u8>, body: &[u8]) {
     let mut answer = format!(
         "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/x-protobuf\r\nretry-after: 1\r\ncontent-length: {}\r\ndate: Tue, 01 Dec 2026 00:00:00 GMT\r\n\r\n",
-        BODY.len()
+        body.len()
     )
     .into_bytes();
-    answer.extend_from_slice(BODY);
+    answer.extend_from_slice(body);
     let mut out = Vec::new();
     let mut skip = 0usize;
     let trunc = std::env::var_os("FLOOR_TRUNC").is_some();
@@ -187,14 +185,7 @@ async fn http1(mut io: TcpStream, mut buf: Vec<u8>) {
             }
             let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { break };
             let head = &buf[..end];
-            skip = head
-                .split(|&b| b == b'\n')
-                .find_map(|line| {
-                    let line = std::str::from_utf8(line).ok()?.trim();
-                    let (name, value) = line.split_once(':')?;
-                    name.eq_ignore_ascii_case("content-length").then(|| value.trim().parse().ok())?
-                })
-                .unwrap_or(0);
+            skip = content_length(head);
             buf.drain(..end + 4);
             out.extend_from_slice(&answer);
         }
@@ -202,6 +193,18 @@ async fn http1(mut io: TcpStream, mut buf: Vec<u8>) {
             return;
         }
     }
+}
+
+/// The `content-length` a request head declares; 0 without one.
+fn content_length(head: &[u8]) -> usize {
+    let value = |line: &[u8]| {
+        let (name, value) = std::str::from_utf8(line).ok()?.split_once(':')?;
+        if !name.trim().eq_ignore_ascii_case("content-length") {
+            return None;
+        }
+        value.trim().parse().ok()
+    };
+    head.split(|&b| b == b'\n').find_map(value).unwrap_or(0)
 }
 
 /// Throws away up to `n` bytes waiting on the socket without copying them

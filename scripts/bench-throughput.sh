@@ -146,6 +146,11 @@ median_range() {
   printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.0f (%.0f–%.0f)", m, v[1], v[NR]}'
 }
 
+# spread VALUES... -> "median min max" (the lower of the two middle values for an even count)
+spread() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)], v[1], v[NR]}'; }
+# middle VALUES... -> the median alone
+middle() { spread "$@" | cut -d' ' -f1; }
+
 to_ms() { # h2load prints 812us / 3.2ms / 1.1s
   awk -v v="$1" 'BEGIN {if (v ~ /us$/) {sub(/us$/, "", v); v /= 1000} else if (v ~ /ms$/) sub(/ms$/, "", v); else if (v ~ /s$/) {sub(/s$/, "", v); v *= 1000} printf "%.2f", v}'
 }
@@ -182,8 +187,8 @@ for cell in $CELLS; do
     maxes+=("$(to_ms "$max")")
     echo "  $cell run $r: $acc spans, $cpu CPU-s, $wall s, peak RSS $((peak / 1024)) MiB, mean $mean max $max"
   done
-  CELL_CPU_RATE[$cell]=$(printf '%s\n' "${per_cpu[@]}" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')
-  ROWS+=("| $proto | $body | $(median_range "${per_cpu[@]}") | $(median_range "${per_wall[@]}") | $(median_range "${rss[@]}") | $(printf '%s\n' "${means[@]}" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}') | $(printf '%s\n' "${maxes[@]}" | sort -g | tail -1) |")
+  CELL_CPU_RATE[$cell]=$(middle "${per_cpu[@]}")
+  ROWS+=("| $proto | $body | $(median_range "${per_cpu[@]}") | $(median_range "${per_wall[@]}") | $(median_range "${rss[@]}") | $(middle "${means[@]}") | $(printf '%s\n' "${maxes[@]}" | sort -g | tail -1) |")
   echo "${ROWS[-1]}"
 done
 
@@ -241,9 +246,7 @@ cost_per_request() {
     [ -z "$min_ok" ] || [ "$ok" -lt "$min_ok" ] && min_ok=$ok
     [ -z "$min_ref" ] || [ "$refused" -lt "$min_ref" ] && min_ref=$refused
   done
-  local kernel
-  kernel=$(printf '%s\n' "${ks[@]}" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')
-  printf '%s\n' "${us[@]}" | sort -g | awk -v o="$min_ok" -v r="$min_ref" -v k="$kernel" '{v[NR] = $1} END {print v[int((NR + 1) / 2)], v[1], v[NR], o, r, k}'
+  echo "$(spread "${us[@]}") $min_ok $min_ref $(middle "${ks[@]}")"
 }
 # row LABEL MEDIAN LO HI KERNEL -> a refusal table row, as a share of the accepted request
 row() {
@@ -318,8 +321,8 @@ floor() { # floor LABEL NAME BODY N H2LOAD_ARGS...: the same measure as `refusal
     us+=("$(per_request $((t1 - t0)) "$n")")
     ks+=("$(per_request $((s1 - s0)) "$n")")
   done
-  read -r u lo hi <<< "$(printf '%s\n' "${us[@]}" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)], v[1], v[NR]}')"
-  k=$(printf '%s\n' "${ks[@]}" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')
+  read -r u lo hi <<< "$(spread "${us[@]}")"
+  k=$(middle "${ks[@]}")
   REFUSAL_ROWS+=("$(row "$label" "$u" "$lo" "$hi" "$k")")
   echo "${REFUSAL_ROWS[-1]}"
 }

@@ -41,6 +41,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+/// The first bytes of every HTTP/2 connection, the client preface (RFC 9113 3.4).
+pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 thread_local! {
     /// Set while a new stream is polled on its connection's task.
     static ON_CONNECTION_TASK: Cell<bool> = const { Cell::new(false) };

@@ -102,8 +102,9 @@ enum Kind {
     Other,
 }
 
-/// The first bytes of every HTTP/2 connection (RFC 9113 3.4).
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
+/// What a connection's first read must start with to count as HTTP/2: the client
+/// preface's first line (the rest may arrive in a later read).
+const H2_PREFACE: &[u8] = super::h2conn::PREFACE.split_at(16).0;
 
 /// Asks the kernel to timestamp what arrives on `fd`; false if it refused.
 fn ask_for_stamps(fd: libc::c_int) -> bool {

@@ -208,9 +208,6 @@ async fn stop_signal(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// The HTTP/2 client preface (RFC 9113 3.4).
-const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
 /// Serves one connection, HTTP/2 if it opens with the client preface, else HTTP/1.1.
 async fn serve_connection<I>(
     mut io: I,
@@ -224,7 +221,7 @@ where
 {
     // Read until the bytes differ from the preface or all of it is there: an HTTP/1.1
     // request differs by its second byte, so this is one read in practice.
-    let mut seen = [0u8; H2_PREFACE.len()];
+    let mut seen = [0u8; h2conn::PREFACE.len()];
     let mut len = 0;
     let h2 = loop {
         let n = tokio::select! {
@@ -235,10 +232,10 @@ where
             return Ok(());
         }
         len += n;
-        if !H2_PREFACE.starts_with(&seen[..len]) {
+        if !h2conn::PREFACE.starts_with(&seen[..len]) {
             break false;
         }
-        if len == H2_PREFACE.len() {
+        if len == h2conn::PREFACE.len() {
             break true;
         }
     };
@@ -261,7 +258,7 @@ where
 
 /// An I/O that replays the bytes read to tell the protocol before reading on.
 struct Rewind<I> {
-    seen: [u8; H2_PREFACE.len()],
+    seen: [u8; h2conn::PREFACE.len()],
     /// Bytes in `seen`, and how many of them have been replayed.
     len: usize,
     pos: usize,
