@@ -4,13 +4,14 @@
 use weir::sim::{run, scenarios, table, Layers};
 
 fn main() {
-    let variants: [(&str, Layers); 6] = [
+    let variants: [(&str, Layers); 7] = [
         ("all layers", Layers::ALL),
         ("no slow start", Layers { slow_start: false, ..Layers::ALL }),
         ("no damping", Layers { damping: false, ..Layers::ALL }),
         ("no BBR", Layers { bbr: false, ..Layers::ALL }),
         ("no knee", Layers { knee: false, ..Layers::ALL }),
-        ("throttle only", Layers { slow_start: false, damping: false, bbr: false, knee: false }),
+        ("no hold", Layers { hold: false, ..Layers::ALL }),
+        ("throttle only", Layers { slow_start: false, damping: false, bbr: false, knee: false, hold: false }),
     ];
     let mut rows = Vec::new();
     for s in scenarios() {

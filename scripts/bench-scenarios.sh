@@ -30,14 +30,27 @@ RATE_HIGH=${RATE_HIGH:-}
 if [ -n "$RATE_LOW$RATE_HIGH" ] && { [ -z "$RATE_LOW" ] || [ -z "$RATE_HIGH" ]; }; then
   echo "RATE_LOW and RATE_HIGH go together (open loop), or neither (closed loop)" >&2; exit 2
 fi
+# PROTOCOL: http (HTTP/1.1, the seed's case), h2c (HTTP/2 without TLS) or grpc (OTLP/gRPC,
+# all workers sharing one connection as a tonic channel does).
+PROTOCOL=${PROTOCOL:-http}
+case $PROTOCOL in
+  http) TARGET=(-url http://127.0.0.1:4318/v1/traces) ;;
+  h2c) TARGET=(-url http://127.0.0.1:4318/v1/traces -http2) ;;
+  grpc) TARGET=(-url http://127.0.0.1:4317 -protocol grpc) ;;
+  *) echo "PROTOCOL must be http, h2c or grpc" >&2; exit 2 ;;
+esac
 CPUS=${CPUS:-1}
 MEM=${MEM:-314572800}
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
 
-cargo build --release -q -p weir -p loadgen --bins
-WEIR=target/release/weir
-LOADGEN=target/release/loadgen
+# WEIR and LOADGEN name prebuilt binaries (e.g. an older weir for a before/after run);
+# without them both are built from this checkout.
+if [ -z "${WEIR:-}" ] || [ -z "${LOADGEN:-}" ]; then
+  cargo build --release -q -p weir -p loadgen --bins
+fi
+WEIR=${WEIR:-target/release/weir}
+LOADGEN=${LOADGEN:-target/release/loadgen}
 
 cleanup() {
   touch "$WORK/stop"
@@ -76,7 +89,7 @@ run_scenario() { # name throttle(true|false) concurrency [rate]
   ) &
   local sup=$!
   for _ in $(seq 1 100); do curl -sf http://127.0.0.1:8888/readyz > /dev/null && break; sleep 0.1; done
-  echo "== $name: throttle=$throttle ${load[*]} phases of $PHASE"
+  echo "== $name: throttle=$throttle $PROTOCOL ${load[*]} phases of $PHASE"
   # CPU and memory of the cgroup once a second, whether or not weir's throttle samples.
   (
     prev=""; while [ ! -f "$WORK/stop" ]; do
@@ -91,7 +104,7 @@ run_scenario() { # name throttle(true|false) concurrency [rate]
       prev=$u; sleep 1
     done > "$WORK/cpu-$name.txt"
   ) &
-  "$LOADGEN" -url http://127.0.0.1:4318/v1/traces "${load[@]}" -d "$PHASE" $EXTRA \
+  "$LOADGEN" "${TARGET[@]}" "${load[@]}" -d "$PHASE" $EXTRA \
     -metrics-url http://127.0.0.1:8888/metrics -json "$OUT/$name.json" -report "$OUT/$name.svg" | tee "$OUT/$name.txt"
   local oom peak
   if [ -f /sys/fs/cgroup/cgroup.controllers ]; then

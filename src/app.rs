@@ -77,6 +77,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         throttle: Arc::clone(&throttle.manager),
         admission: Arc::clone(&throttle.admission),
         routes: Arc::new(routes),
+        queue: Some(Arc::clone(&pipeline)),
     };
     let mut receivers = Vec::new();
 

@@ -12,7 +12,10 @@ fn scenarios_meet_their_bounds() {
         let o = run(&s, Layers::ALL, 42);
         let name = s.name;
         if let Some(g) = o.goodput_under_overload {
-            assert!(g >= 0.90, "{name}: goodput under overload {g:.3} < 90% of capacity");
+            // A refusal that costs 30% of a request (an HTTP/1.1 body received for
+            // nothing) is paid about once per two completions even when held: 80%.
+            let bound = if name == "retry storm, costly refusals" { 0.80 } else { 0.90 };
+            assert!(g >= bound, "{name}: goodput under overload {g:.3} < {bound} of capacity");
         }
         assert!(
             o.goodput_under_capacity >= 0.95 || name == "memory leak",
@@ -42,6 +45,11 @@ fn scenarios_meet_their_bounds() {
         if name == "noisy CPU" {
             assert_eq!(o.refused, 0, "noise alone must not shed");
         }
+        if name.starts_with("retry storm") {
+            // Refused clients wait on a timer instead of coming back at once: refusing
+            // stays a small share of the core (the goodput bound above holds too).
+            assert!(o.refusal_cpu_share <= 0.15, "{name}: {:.1}% of the CPU spent refusing", o.refusal_cpu_share * 100.0);
+        }
         rows.push(("all layers".to_string(), name, o));
     }
     println!("{}", table(&rows));
@@ -52,4 +60,25 @@ fn scenarios_meet_their_bounds() {
 fn runs_are_deterministic() {
     let s = &scenarios()[2];
     assert_eq!(run(s, Layers::ALL, 7), run(s, Layers::ALL, 7));
+}
+
+/// The same storms without held refusals: clients that retry at once turn refusing into
+/// the load, and goodput falls far below what holding keeps (the reason holding exists).
+#[test]
+fn retry_storms_collapse_without_held_refusals() {
+    for s in scenarios().into_iter().filter(|s| s.name.starts_with("retry storm")) {
+        let held = run(&s, Layers::ALL, 42);
+        let spinning = run(&s, Layers { hold: false, ..Layers::ALL }, 42);
+        let (h, n) = (held.goodput_under_overload.unwrap_or(0.0), spinning.goodput_under_overload.unwrap_or(0.0));
+        println!(
+            "{}: goodput {:.1}% held, {:.1}% not held; refusing {:.1}% vs {:.1}% of the CPU",
+            s.name,
+            h * 100.0,
+            n * 100.0,
+            held.refusal_cpu_share * 100.0,
+            spinning.refusal_cpu_share * 100.0
+        );
+        assert!(spinning.refusal_cpu_share > 2.0 * held.refusal_cpu_share, "{}: holding must cut the CPU spent refusing", s.name);
+        assert!(h > n, "{}: holding must keep more goodput ({h:.3} vs {n:.3})", s.name);
+    }
 }

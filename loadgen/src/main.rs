@@ -200,7 +200,12 @@ async fn run_phase(a: Arc<Args>, p: &Phase, stop: Arc<AtomicBool>, run_start: In
                 let mut i = w;
                 while Instant::now() < deadline && !stop.load(Ordering::Relaxed) && issued.fetch_add(1, Ordering::Relaxed) < budget {
                     let t0 = Instant::now();
-                    let (outcome, retry) = send(&a, &client, &bodies, i).await;
+                    // A request still unanswered when the phase ends is cancelled and not
+                    // counted: the phase is measured over its own length, not stretched
+                    // by answers that come later (a held refusal, a stalled server).
+                    let Ok((outcome, retry)) = tokio::time::timeout_at(deadline.into(), send(&a, &client, &bodies, i)).await else {
+                        break;
+                    };
                     stats.record(run_start.elapsed().as_secs(), outcome, t0.elapsed());
                     i += 1;
                     if let (true, Some(d)) = (a.respect_retry_after, retry) {
@@ -216,7 +221,10 @@ async fn run_phase(a: Arc<Args>, p: &Phase, stop: Arc<AtomicBool>, run_start: In
         }
     }
     for t in tasks {
-        let _ = t.await;
+        let abort = t.abort_handle();
+        if tokio::time::timeout_at(deadline.into(), t).await.is_err() {
+            abort.abort();
+        }
     }
     Ok(stats.finish(p.concurrency, start.elapsed()))
 }

@@ -62,6 +62,10 @@ struct Inner {
     counts: Counts,
     hist: Histogram<u64>,
     second_hist: Histogram<u64>,
+    /// Requests sent after the phase's first [`SETTLE`]: the P99 without the wave of new
+    /// connections every phase starts with.
+    settled_hist: Histogram<u64>,
+    started: std::time::Instant,
     current_second: u64,
     seconds: Vec<Second>,
     phase: String,
@@ -84,7 +88,12 @@ pub struct PhaseResult {
     pub p50_ms: Option<f64>,
     pub p99_ms: Option<f64>,
     pub max_ms: Option<f64>,
+    /// P99 of requests sent after the phase's first two seconds.
+    pub p99_settled_ms: Option<f64>,
 }
+
+/// How long a phase's opening wave is left out of `p99_settled_ms`.
+pub const SETTLE: Duration = Duration::from_secs(2);
 
 fn hist() -> Histogram<u64> {
     // 1 µs .. 10 min, 3 significant digits.
@@ -98,6 +107,8 @@ impl PhaseStats {
                 counts: Counts::default(),
                 hist: hist(),
                 second_hist: hist(),
+                settled_hist: hist(),
+                started: std::time::Instant::now(),
                 current_second: start_second,
                 seconds: Vec::new(),
                 phase: phase.to_string(),
@@ -118,6 +129,9 @@ impl PhaseStats {
             let us = (latency.as_micros() as u64).clamp(1, 600_000_000);
             let _ = s.hist.record(us);
             let _ = s.second_hist.record(us);
+            if s.started.elapsed().saturating_sub(latency) >= SETTLE {
+                let _ = s.settled_hist.record(us);
+            }
         }
     }
 
@@ -143,6 +157,7 @@ impl PhaseStats {
             p50_ms: q(&s.hist, 0.5),
             p99_ms: q(&s.hist, 0.99),
             max_ms: (!s.hist.is_empty()).then(|| s.hist.max() as f64 / 1000.0),
+            p99_settled_ms: q(&s.settled_hist, 0.99),
         };
         (r, std::mem::take(&mut s.seconds))
     }
@@ -168,7 +183,7 @@ impl PhaseResult {
     pub fn print(&self) {
         let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}ms"));
         println!(
-            "phase={} c={} spans/req={} duration={:.1}s | 200={} 429={} 503={} other={} transport_errors={} | spans sent={} accepted={} | {:.1} req/s {:.0} spans/s ({:.0} accepted/s) | p50={} p99={} max={}",
+            "phase={} c={} spans/req={} duration={:.1}s | 200={} 429={} 503={} other={} transport_errors={} | spans sent={} accepted={} | {:.1} req/s {:.0} spans/s ({:.0} accepted/s) | p50={} p99={} max={} p99_after_2s={}",
             self.phase,
             self.concurrency,
             self.spans_per_request,
@@ -186,6 +201,7 @@ impl PhaseResult {
             ms(self.p50_ms),
             ms(self.p99_ms),
             ms(self.max_ms),
+            ms(self.p99_settled_ms),
         );
     }
 }

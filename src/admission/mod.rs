@@ -81,6 +81,8 @@ const SEC: u64 = 1_000_000_000;
 struct State {
     arrival: RollingWindow,
     pass: RollingWindow,
+    /// Completions in the last second (10 buckets): how fast held clients may come back.
+    recent_pass: RollingWindow,
     rt: RollingWindow,
     /// Slow start: start of the current ramp, if ramping.
     warmup_start: Option<u64>,
@@ -102,6 +104,8 @@ pub struct Admission {
     /// In-flight cap; 0 = none.
     cap: std::sync::atomic::AtomicI64,
     inflight: AtomicI64,
+    /// Requests waiting for an in-flight slot.
+    waiting: AtomicI64,
     state: Mutex<State>,
     /// The knee learner (shared with the sampler, which applies the learned line).
     pub knee: Option<std::sync::Arc<KneeLearner>>,
@@ -137,10 +141,12 @@ impl Admission {
             cap: std::sync::atomic::AtomicI64::new(cap_for(cfg, cores)),
             cores,
             inflight: AtomicI64::new(0),
+            waiting: AtomicI64::new(0),
             state: Mutex::new(State {
                 // Arrivals: 5 s in 50 buckets (seed 000); pass and RT: the BBR window.
                 arrival: RollingWindow::new(50, SEC / 10),
                 pass: RollingWindow::new(b.buckets, bucket),
+                recent_pass: RollingWindow::new(10, SEC / 10),
                 rt: RollingWindow::new(b.buckets, bucket),
                 warmup_start: cfg.slow_start.enabled.then_some(0),
                 warmup_done_once: !cfg.slow_start.enabled,
@@ -180,6 +186,20 @@ impl Admission {
     /// How long a request may wait for an in-flight slot (`max_inflight_wait`).
     pub fn inflight_wait(&self) -> std::time::Duration {
         self.cfg.load().max_inflight_wait
+    }
+
+    /// Joins the line of requests waiting for an in-flight slot; false when the line is
+    /// full (`max_inflight_queue_per_core` × effective cores, at least one). Pair a true
+    /// with [`Admission::leave_line`].
+    pub fn join_line(&self) -> bool {
+        let per_core = self.cfg.load().max_inflight_queue_per_core;
+        let bound = if per_core > 0.0 { (per_core * self.cores).ceil().max(1.0) as i64 } else { i64::MAX };
+        self.waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < bound).then_some(n + 1)).is_ok()
+    }
+
+    /// Leaves the line joined with [`Admission::join_line`].
+    pub fn leave_line(&self) {
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Requests admitted and not yet done.
@@ -295,11 +315,37 @@ impl Admission {
         {
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
             st.pass.add(now, 1.0);
+            st.recent_pass.add(now, 1.0);
             st.rt.add(now, rt_ms);
         }
         if let Some(k) = &self.knee {
             k.record(now, cpu, rt_ms);
         }
+    }
+
+    /// How long to hold a refusal (`hold`, see [`crate::config::admission::HoldConfig`])
+    /// when `held` refusals are held right now, this one included: held ÷ (return_ratio
+    /// × completions per second), so that the held clients come back at about
+    /// return_ratio × the rate weir completes work; at most `hold.max`. The completion
+    /// rate is BBR's max-pass estimate over the last second only (its busiest 100 ms
+    /// bucket): the rate changes at once when the requests change size, and a 10 s window
+    /// would remember a faster past and hold too briefly. With nothing completed in that
+    /// second there is no rate to keep busy and the hold is the longest allowed. Zero
+    /// (answer at once) when holding is off or `held` is past `hold.max_held`.
+    pub fn hold_for(&self, now: u64, held: usize) -> std::time::Duration {
+        let cfg = self.cfg.load();
+        let h = &cfg.hold;
+        if !h.enabled || held > h.max_held {
+            return std::time::Duration::ZERO;
+        }
+        let rate = {
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.recent_pass.max_sum(now) * st.recent_pass.buckets_per_second()
+        };
+        if rate <= 0.0 {
+            return h.max;
+        }
+        std::time::Duration::try_from_secs_f64(held as f64 / (h.return_ratio * rate)).map_or(h.max, |d| d.min(h.max))
     }
 
     /// Current BBR estimate (for /debug/throttle): (max in-flight, in-flight).

@@ -183,3 +183,61 @@ fn queue_delay_refuses_a_long_wait_only_while_busy() {
     no_cpu.thresholds.cpu.enabled = false;
     assert_eq!(Admission::new(&no_cpu, 1.0).check_queue_delay(500 * MS, rising), Ok(()));
 }
+
+/// Completes `n` requests, 1 ms each, spread evenly over the second that ends at `end`.
+fn complete_over_a_second(a: &Admission, n: u64, end: u64) {
+    for i in 0..n {
+        let at = end - SEC + i * SEC / n;
+        let t = a.admit(at, COOL).unwrap();
+        a.done(t, at + MS, 0.5);
+    }
+}
+
+#[test]
+fn a_refusal_is_held_so_the_held_clients_return_at_return_ratio_times_the_completion_rate() {
+    let mut c = cfg();
+    c.slow_start.enabled = false;
+    c.hold.return_ratio = 2.0;
+    c.hold.max = Duration::from_secs(1);
+    let a = Admission::new(&c, 1.0);
+    // Nothing completed yet: no rate to keep busy, the longest hold allowed.
+    assert_eq!(a.hold_for(0, 1), Duration::from_secs(1));
+    // 1000 completions a second (100 per 100 ms bucket): 100 held clients return at
+    // 2000/s when each is held 50 ms.
+    complete_over_a_second(&a, 1000, 2 * SEC);
+    let h = a.hold_for(2 * SEC, 100);
+    assert!((h.as_secs_f64() - 0.05).abs() < 1e-3, "{h:?}");
+    // Twice the held clients, twice the hold; one held client, a short one.
+    assert!((a.hold_for(2 * SEC, 200).as_secs_f64() - 0.1).abs() < 1e-3);
+    assert!(a.hold_for(2 * SEC, 1) < Duration::from_millis(1));
+    // Never past hold.max.
+    assert_eq!(a.hold_for(2 * SEC, 4000), Duration::from_secs(1));
+    // The rate is the last second's: two seconds later the completions are forgotten.
+    assert_eq!(a.hold_for(4 * SEC, 100), Duration::from_secs(1));
+}
+
+#[test]
+fn a_refusal_is_answered_at_once_when_holding_is_off_or_too_many_are_held() {
+    let mut c = cfg();
+    c.hold.max_held = 10;
+    let a = Admission::new(&c, 1.0);
+    assert_eq!(a.hold_for(0, 10), c.hold.max);
+    assert_eq!(a.hold_for(0, 11), Duration::ZERO, "past max_held");
+    c.hold.enabled = false;
+    a.reconfigure(&c);
+    assert_eq!(a.hold_for(0, 1), Duration::ZERO, "off");
+}
+
+#[test]
+fn the_line_for_a_slot_is_bounded_per_core() {
+    let mut c = cfg();
+    c.max_inflight_queue_per_core = 1.0;
+    let a = Admission::new(&c, 2.0);
+    assert!(a.join_line() && a.join_line(), "two cores: two may wait");
+    assert!(!a.join_line(), "a third may not");
+    a.leave_line();
+    assert!(a.join_line(), "a place freed");
+    c.max_inflight_queue_per_core = 0.0;
+    a.reconfigure(&c);
+    assert!((0..100).all(|_| a.join_line()), "0: no bound");
+}

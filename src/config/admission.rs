@@ -66,6 +66,30 @@ pub struct QueueDelayConfig {
     pub target: Duration,
 }
 
+/// Held refusals: a refused request is answered after a delay instead of at once, with
+/// its body left unread. A client that retries as soon as it is refused (the seed's
+/// loadgen loop, custom exporters, agents restarting together) then waits on a timer
+/// instead of making weir receive and refuse the same request thousands of times a
+/// second: refusing stops being the load. The delay spreads the held clients' returns
+/// over time so that they come back at about `return_ratio` × the rate weir completes
+/// admitted requests (enough arrivals to keep the core busy, few enough that refusing
+/// stays cheap): delay = held ÷ (return_ratio × completions per second), at most `max`,
+/// with ±25% jitter. Clients that honour Retry-After lose little: few of them are held at
+/// once, so their holds are short.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HoldConfig {
+    /// On or off (off: every refusal is answered at once).
+    pub enabled: bool,
+    /// The longest a refusal is held.
+    #[serde(with = "humantime_serde")]
+    pub max: Duration,
+    /// Held clients come back at about this multiple of the admitted completion rate.
+    pub return_ratio: f64,
+    /// Refusals held at once, process-wide; past it a refusal is answered at once.
+    pub max_held: usize,
+}
+
 /// The CPU-vs-P99 knee learner.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -103,6 +127,11 @@ impl Default for QueueDelayConfig {
         QueueDelayConfig { enabled: true, target: Duration::from_millis(10) }
     }
 }
+impl Default for HoldConfig {
+    fn default() -> Self {
+        HoldConfig { enabled: true, max: Duration::from_secs(2), return_ratio: 0.5, max_held: 4096 }
+    }
+}
 impl Default for KneeConfig {
     fn default() -> Self {
         KneeConfig { enabled: true, knee_ratio: 0.5, min_delta_ms: 10.0, min_cpu: 0.5, recompute: Duration::from_secs(5) }
@@ -117,9 +146,16 @@ pub fn validate(
     b: &BbrConfig,
     k: &KneeConfig,
     q: &QueueDelayConfig,
+    h: &HoldConfig,
     cap: f64,
 ) -> Result<(), ConfigError> {
     let key = |k: &str| format!("{prefix}.{k}");
+    if h.max > Duration::from_secs(60) {
+        return Err(ConfigError::invalid(key("hold.max"), "must be at most 60s (a held client waits that long for its answer)"));
+    }
+    if !(h.return_ratio >= 0.1 && h.return_ratio <= 100.0) {
+        return Err(ConfigError::invalid(key("hold.return_ratio"), "must be in [0.1, 100]"));
+    }
     if q.enabled && q.target.is_zero() {
         return Err(ConfigError::invalid(key("queue_delay.target"), "must be > 0 (or set queue_delay.enabled: false)"));
     }

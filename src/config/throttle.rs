@@ -34,6 +34,10 @@ pub struct ThrottleConfig {
     /// honoured the same whole-second Retry-After, without letting the core idle.
     #[serde(with = "humantime_serde")]
     pub max_inflight_wait: Duration,
+    /// How many requests may wait for a slot at once, per effective core (0 = no bound).
+    /// Bounds the wait of an admitted request to about this many service times, whatever
+    /// `max_inflight_wait` allows; the rest are refused (and held, see `hold`) at once.
+    pub max_inflight_queue_per_core: f64,
     /// Slow start.
     pub slow_start: super::admission::SlowStartConfig,
     /// Burst damping.
@@ -46,6 +50,8 @@ pub struct ThrottleConfig {
     pub queue_delay: super::admission::QueueDelayConfig,
     /// Connection surge + RTT degradation as an overload signal (seed 004).
     pub connection_signal: super::admission::ConnectionSignalConfig,
+    /// Refusals answered after a delay, body unread (see [`super::admission::HoldConfig`]).
+    pub hold: super::admission::HoldConfig,
 }
 
 /// `throttle.signal`.
@@ -188,12 +194,14 @@ impl Default for ThrottleConfig {
             cgroup_root: PathBuf::from("/"),
             max_inflight_per_core: 0.0,
             max_inflight_wait: Duration::ZERO,
+            max_inflight_queue_per_core: 0.0,
             slow_start: Default::default(),
             burst_damping: Default::default(),
             bbr: Default::default(),
             knee: Default::default(),
             queue_delay: Default::default(),
             connection_signal: Default::default(),
+            hold: Default::default(),
         }
     }
 }
@@ -308,6 +316,9 @@ impl ThrottleConfig {
             "derived" | "random" => {}
             other => return Err(ConfigError::invalid(key("retry_after.mode"), format!("`{other}`: must be `derived` or `random`"))),
         }
+        if !(self.max_inflight_queue_per_core >= 0.0 && self.max_inflight_queue_per_core.is_finite()) {
+            return Err(ConfigError::invalid(key("max_inflight_queue_per_core"), "must be >= 0 (0 = no bound)"));
+        }
         if self.max_inflight_wait > Duration::from_secs(10) {
             return Err(ConfigError::invalid(key("max_inflight_wait"), "must be at most 10s (a wait is time the client sees)"));
         }
@@ -318,6 +329,7 @@ impl ThrottleConfig {
             &self.bbr,
             &self.knee,
             &self.queue_delay,
+            &self.hold,
             self.max_inflight_per_core,
         )?;
         let cs = &self.connection_signal;

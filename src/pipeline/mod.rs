@@ -103,6 +103,19 @@ impl Pipeline {
         (pipeline, PipelineTasks { batchers, workers })
     }
 
+    /// Whether a payload of about `bytes` would find no room now (the check a receiver
+    /// makes before reading a body, so a request the queue would refuse is not decoded
+    /// first): `critical` payloads may use the whole budget, others all but its reserve.
+    pub fn would_refuse(&self, bytes: usize, critical: bool) -> bool {
+        let limit = if critical { self.budget.max() } else { self.non_critical_limit };
+        self.budget.used().saturating_add(bytes) > limit
+    }
+
+    /// The delay announced when the queue is full.
+    pub fn retry_after(&self) -> Duration {
+        self.retry_after
+    }
+
     /// Accepts a payload or says why not. Never waits.
     pub fn submit(&self, payload: Payload) -> Result<(), SubmitError> {
         self.submit_as(payload, true)

@@ -41,6 +41,10 @@ pub struct Plant {
     /// The service's own bounded queue (like weir's pipeline budget): arrivals beyond it
     /// are refused by the plant, not the throttle (counted apart).
     pub queue_limit: usize,
+    /// Refusals are work for the same server, done before the queue's next unit (as weir
+    /// answers them on the connection's task): refusing competes with serving. Off, a
+    /// refusal's cost is only seen by the CPU reading.
+    pub refusals_take_cpu: bool,
 }
 
 impl Default for Plant {
@@ -54,6 +58,7 @@ impl Default for Plant {
             leak_per_request: 0.0,
             cpu_noise: 0.0,
             queue_limit: 256,
+            refusals_take_cpu: false,
         }
     }
 }
@@ -80,6 +85,10 @@ pub struct Scenario {
     pub plant: Plant,
     /// Share of arrivals per priority class: critical, normal, sheddable.
     pub mix: [f64; 3],
+    /// A closed loop of this many clients that ignore Retry-After instead of Poisson
+    /// arrivals (the phases' `load` is then unused): each sends its next request as soon
+    /// as the previous one is answered, admitted or refused (after a 1 ms round trip).
+    pub retry_at_once_clients: Option<usize>,
 }
 
 /// Which layers run (the throttle itself always does).
@@ -93,11 +102,13 @@ pub struct Layers {
     pub bbr: bool,
     /// Knee learner.
     pub knee: bool,
+    /// Held refusals (`hold`).
+    pub hold: bool,
 }
 
 impl Layers {
     /// Everything on.
-    pub const ALL: Layers = Layers { slow_start: true, damping: true, bbr: true, knee: true };
+    pub const ALL: Layers = Layers { slow_start: true, damping: true, bbr: true, knee: true, hold: true };
 }
 
 /// What a run measured.
@@ -130,6 +141,8 @@ pub struct Outcome {
     pub queue_full: u64,
     /// Per class (critical, normal, sheddable): completed / offered during overload.
     pub kept_under_overload: [Option<f64>; 3],
+    /// Share of the server's CPU spent refusing (when refusals take CPU).
+    pub refusal_cpu_share: f64,
 }
 
 /// splitmix64, seeded: the whole run is a function of the seed.
@@ -160,6 +173,8 @@ impl Rng {
 }
 
 struct Job {
+    /// The closed-loop client that sent it, if any.
+    client: Option<usize>,
     class: usize,
     overload: bool,
     ticket: Ticket,
@@ -188,6 +203,7 @@ pub fn sim_config(layers: Layers) -> ThrottleConfig {
     c.burst_damping.enabled = layers.damping;
     c.bbr.enabled = layers.bbr;
     c.knee.enabled = layers.knee;
+    c.hold.enabled = layers.hold;
     c
 }
 
@@ -220,6 +236,40 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
     let classes = [Priority::Critical, Priority::Normal, Priority::Sheddable];
     let mut normal_since: Option<u64> = Some(0);
 
+    // The closed loop: clients by the time they send next; held refusals by release time.
+    let mut clients: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>> =
+        (0..s.retry_at_once_clients.unwrap_or(0)).map(|c| std::cmp::Reverse((TICK_NS, c))).collect();
+    let mut held: VecDeque<(u64, usize)> = VecDeque::new();
+    let mut arriving: Vec<Option<usize>> = Vec::new();
+    let (mut refusal_debt, mut refusing_ticks, mut busy_ticks) = (0.0f64, 0.0f64, 0.0f64);
+    // A refusal: its CPU, and its client's return, at once or after the hold (kept in
+    // release order: holds only grow with the number held, so a FIFO stays sorted
+    // enough; a release found early waits for the one in front, never less than its hold).
+    let refuse = |client: Option<usize>,
+                  now: u64,
+                  debt: &mut f64,
+                  cpu: &mut f64,
+                  clients: &mut std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>>,
+                  held: &mut VecDeque<(u64, usize)>| {
+        // The answer goes out once the refusal work queued so far is done (at least
+        // half of every tick goes to refusing while any is owed).
+        let mut answered = now;
+        if p.refusals_take_cpu {
+            *debt += p.reject_cost / per_tick;
+            answered += (*debt * 2.0 * TICK_NS as f64) as u64;
+        } else {
+            *cpu += p.reject_cost / per_tick * TICK_NS as f64;
+        }
+        let Some(c) = client else { return };
+        let hold = admission.hold_for(now, held.len() + 1).as_nanos() as u64;
+        if hold >= TICK_NS {
+            let at = (answered + hold).max(held.back().map_or(0, |(t, _)| *t));
+            held.push_back((at, c));
+        } else {
+            clients.push(std::cmp::Reverse((answered + TICK_NS, c)));
+        }
+    };
+
     let mut now = 0u64;
     for phase in &s.phases {
         let phase_start = now;
@@ -228,9 +278,18 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
         let low = phase.load <= 0.7;
         while now < end {
             now += TICK_NS;
-            // Arrivals.
-            let n = rng.poisson(phase.load * per_tick);
-            for _ in 0..n {
+            // Arrivals: Poisson, or the closed loop's clients whose turn it is.
+            arriving.clear();
+            match s.retry_at_once_clients {
+                None => arriving.extend(std::iter::repeat_n(None, rng.poisson(phase.load * per_tick) as usize)),
+                Some(_) => {
+                    while clients.peek().is_some_and(|std::cmp::Reverse((t, _))| *t <= now) {
+                        let Some(std::cmp::Reverse((_, c))) = clients.pop() else { break };
+                        arriving.push(Some(c));
+                    }
+                }
+            }
+            for &client in &arriving {
                 out.offered += 1;
                 if !overloaded {
                     under_offered += 1;
@@ -247,31 +306,26 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                 if overloaded {
                     class_offered[class] += 1;
                 }
+                // The plant's queue keeps its last 20% for critical work (as weir's pipeline
+                // budget does with `critical_reserve`); a request it has no room for is
+                // refused before the throttle decides, as weir's throttle layer checks the
+                // pipeline's budget first.
+                if queue.len() >= if class == 0 { p.queue_limit } else { p.queue_limit * 4 / 5 } {
+                    out.queue_full += 1;
+                    refuse(client, now, &mut refusal_debt, &mut cpu_ns, &mut clients, &mut held);
+                    continue;
+                }
                 let admitted = match decide_with_priority(&config, &rule, &snap, Signal::Traces, classes[class], rng.uniform()) {
                     // Critical skips the adaptive layers, as in the tower layer.
                     Decision::Admit(_) if class == 0 => Some(Ticket { start: now }),
                     Decision::Admit(_) => admission.admit(now, snap.pressure).ok(),
                     Decision::Reject { .. } => None,
                 };
-                let admitted = match admitted {
-                    // The plant's queue keeps its last 20% for critical work (as weir's
-                    // pipeline budget does with `critical_reserve`).
-                    Some(t) if queue.len() >= if class == 0 { p.queue_limit } else { p.queue_limit * 4 / 5 } => {
-                        // The plant's own queue is full: refused, and the ticket finishes.
-                        if class != 0 {
-                            admission.done(t, now, snap.level.cpu);
-                        }
-                        out.queue_full += 1;
-                        cpu_ns += p.reject_cost / per_tick * TICK_NS as f64;
-                        continue;
-                    }
-                    other => other,
-                };
                 match admitted {
                     Some(ticket) => {
                         leaked += p.leak_per_request;
                         let steady_overload = overloaded && now - phase_start >= 10_000 * TICK_NS;
-                        queue.push_back(Job { class, overload: overloaded, ticket, arrived: now, work_left: 1.0, steady_overload });
+                        queue.push_back(Job { client, class, overload: overloaded, ticket, arrived: now, work_left: 1.0, steady_overload });
                     }
                     None => {
                         out.refused += 1;
@@ -279,12 +333,19 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                         if low && !grace {
                             out.refusals_at_low_load += 1;
                         }
-                        cpu_ns += p.reject_cost / per_tick * TICK_NS as f64;
+                        refuse(client, now, &mut refusal_debt, &mut cpu_ns, &mut clients, &mut held);
                     }
                 }
             }
-            // Service: `per_tick` units of work this tick, FIFO.
+            // Service: `per_tick` units of work this tick, FIFO, after the refusals owed.
             let mut budget = 1.0;
+            // Refusing and serving share the core: refusals get half a tick while any
+            // is owed, all of it when nothing waits to be served.
+            let share = if queue.is_empty() { 1.0 } else { 0.5 };
+            let paid = refusal_debt.min(share);
+            refusal_debt -= paid;
+            budget -= paid;
+            refusing_ticks += paid;
             while budget > 0.0 {
                 let Some(job) = queue.front_mut() else { break };
                 let need = job.work_left / per_tick;
@@ -298,8 +359,17 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                 }
             }
             cpu_ns += (1.0 - budget) * TICK_NS as f64;
+            busy_ticks += 1.0 - budget;
+            // Held clients whose hold is over are answered (and come back at once).
+            while held.front().is_some_and(|(t, _)| *t <= now) {
+                let Some((_, c)) = held.pop_front() else { break };
+                clients.push(std::cmp::Reverse((now + TICK_NS, c)));
+            }
             while downstream.front().is_some_and(|(t, _)| *t <= now) {
                 let Some((_, job)) = downstream.pop_front() else { break };
+                if let Some(c) = job.client {
+                    clients.push(std::cmp::Reverse((now + TICK_NS, c)));
+                }
                 if job.class != 0 {
                     admission.done(job.ticket, now, snap.level.cpu);
                 }
@@ -366,6 +436,7 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
     out.p99_steady_overload_ms = p99(&mut steady);
     out.state_changes_per_min = changes as f64 / (now as f64 / 60e9);
     out.kept_under_overload = std::array::from_fn(|c| (class_offered[c] > 0).then(|| class_done[c] as f64 / class_offered[c] as f64));
+    out.refusal_cpu_share = if busy_ticks > 0.0 { refusing_ticks / busy_ticks } else { 0.0 };
     out
 }
 
@@ -385,43 +456,73 @@ pub fn scenarios() -> Vec<Scenario> {
             phases: vec![phase(60.0, 1.2), phase(30.0, 0.3)],
             plant: plant.clone(),
             mix: NORMAL_ONLY,
+            retry_at_once_clients: None,
         },
         Scenario {
             name: "idle gap then burst",
             phases: vec![phase(30.0, 0.5), phase(60.0, 0.0), phase(30.0, 2.0), phase(30.0, 0.3)],
             plant: plant.clone(),
             mix: NORMAL_ONLY,
+            retry_at_once_clients: None,
         },
         Scenario {
             name: "step to 3x",
             phases: vec![phase(30.0, 0.6), phase(60.0, 3.0), phase(30.0, 0.3)],
             plant: plant.clone(),
             mix: NORMAL_ONLY,
+            retry_at_once_clients: None,
         },
         Scenario {
             name: "sustained 10x",
             phases: vec![phase(10.0, 0.5), phase(60.0, 10.0), phase(30.0, 0.3)],
             plant: plant.clone(),
             mix: NORMAL_ONLY,
+            retry_at_once_clients: None,
         },
         Scenario {
             name: "slow downstream",
             phases: vec![phase(20.0, 0.6), Phase { secs: 60.0, load: 0.6, downstream_ms: 400.0 }, phase(20.0, 0.6)],
             plant: Plant { bytes_per_request: 512.0 * 1024.0, ..plant.clone() },
             mix: NORMAL_ONLY,
+            retry_at_once_clients: None,
         },
         Scenario {
             name: "memory leak",
             phases: vec![phase(120.0, 0.5)],
             plant: Plant { leak_per_request: 8.0 * 1024.0, ..plant.clone() },
             mix: NORMAL_ONLY,
+            retry_at_once_clients: None,
         },
-        Scenario { name: "noisy CPU", phases: vec![phase(90.0, 0.6)], plant: Plant { cpu_noise: 0.15, ..plant.clone() }, mix: NORMAL_ONLY },
+        Scenario {
+            name: "noisy CPU",
+            phases: vec![phase(90.0, 0.6)],
+            plant: Plant { cpu_noise: 0.15, ..plant.clone() },
+            mix: NORMAL_ONLY,
+            retry_at_once_clients: None,
+        },
         Scenario {
             name: "priorities at 3x",
             phases: vec![phase(20.0, 0.6), phase(60.0, 3.0), phase(20.0, 0.3)],
-            plant,
+            plant: plant.clone(),
             mix: [0.2, 0.4, 0.4],
+            retry_at_once_clients: None,
+        },
+        // The seed's loadgen loop: 500 clients that send again as soon as they are
+        // answered, refused or not; each refusal costs the server 5% (a small body) or
+        // 30% (an HTTP/1.1 body that must be received) of an admitted request.
+        Scenario {
+            name: "retry storm, cheap refusals",
+            phases: vec![phase(60.0, 2.0)],
+            plant: Plant { refusals_take_cpu: true, reject_cost: 0.05, ..plant.clone() },
+            mix: NORMAL_ONLY,
+            retry_at_once_clients: Some(500),
+        },
+        Scenario {
+            name: "retry storm, costly refusals",
+            phases: vec![phase(60.0, 2.0)],
+            plant: Plant { refusals_take_cpu: true, reject_cost: 0.3, ..plant },
+            mix: NORMAL_ONLY,
+            retry_at_once_clients: Some(500),
         },
     ]
 }
@@ -429,11 +530,11 @@ pub fn scenarios() -> Vec<Scenario> {
 /// Renders outcomes as a Markdown table.
 pub fn table(rows: &[(String, &'static str, Outcome)]) -> String {
     let mut t = String::from(
-        "| scenario | layers | goodput (overload) | goodput (≤ capacity) | P99 ms | P99 ms, steady overload | refusals ≤70% load | queue full | s to Normal | state changes/min | max mem | kept in overload: critical / normal / sheddable |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| scenario | layers | goodput (overload) | goodput (≤ capacity) | P99 ms | P99 ms, steady overload | refusals ≤70% load | queue full | s to Normal | state changes/min | max mem | kept in overload: critical / normal / sheddable | CPU spent refusing |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (layers, name, o) in rows {
         t.push_str(&format!(
-            "| {name} | {layers} | {} | {:.1}% | {:.0} | {} | {} | {} | {} | {:.1} | {:.2} | {} |\n",
+            "| {name} | {layers} | {} | {:.1}% | {:.0} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {:.1}% |\n",
             o.goodput_under_overload.map_or("-".into(), |g| format!("{:.1}%", g * 100.0)),
             o.goodput_under_capacity * 100.0,
             o.p99_ms,
@@ -444,6 +545,7 @@ pub fn table(rows: &[(String, &'static str, Outcome)]) -> String {
             o.state_changes_per_min,
             o.max_mem,
             o.kept_under_overload.map(|k| k.map_or("-".into(), |k| format!("{:.0}%", k * 100.0))).join(" / "),
+            o.refusal_cpu_share * 100.0,
         ));
     }
     t

@@ -74,6 +74,7 @@ pub struct ThrottleLayer {
     routes: Arc<RouteRegistry>,
     kind: ServerKind,
     counters: Counters,
+    queue: Option<Arc<crate::pipeline::Pipeline>>,
 }
 
 impl ThrottleLayer {
@@ -83,7 +84,35 @@ impl ThrottleLayer {
             ServerKind::Http => "http",
             ServerKind::Grpc => "grpc",
         };
-        ThrottleLayer { manager, admission, routes, kind, counters: Counters::new(protocol) }
+        ThrottleLayer { manager, admission, routes, kind, counters: Counters::new(protocol), queue: None }
+    }
+
+    /// Also refuses, before the body is read, a request the pipeline's byte budget has no
+    /// room for (see [`ThrottleLayer::queue_refusal`]).
+    pub fn with_queue(mut self, queue: Option<Arc<crate::pipeline::Pipeline>>) -> Self {
+        self.queue = queue;
+        self
+    }
+
+    /// A full pipeline refuses only after the body was read and decoded (it learns the
+    /// payload's size then), and a client that retries at once makes weir pay for that
+    /// again and again: under a slow exporter, most of the CPU went to decoding requests
+    /// that were then refused. So the throttle refuses up front what cannot fit: no room
+    /// left, or less than the declared length of an uncompressed body (compressed bodies
+    /// decode larger than they travel, so only a full budget refuses them). The answer is
+    /// the queue's own 503 with its retry delay, held like any refusal.
+    fn queue_refusal(&self, req: &Request<Body>, critical: bool) -> Option<std::time::Duration> {
+        let queue = self.queue.as_ref()?;
+        let h = req.headers();
+        let identity = h.get(axum::http::header::CONTENT_ENCODING).is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"));
+        let declared = h
+            .get(axum::http::header::CONTENT_LENGTH)
+            .filter(|_| identity)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        // At least one byte: a full budget refuses whatever the size.
+        queue.would_refuse(declared.max(1), critical).then(|| queue.retry_after())
     }
 
     /// Counts an admission and guards its slot until the response is ready.
@@ -97,6 +126,12 @@ impl ThrottleLayer {
         self.counters.count_layer(signal, layer);
         let what = format!("overloaded: refused by {}", layer.as_str());
         self.refusal(req, signal, &what, self.manager.config().retry_after.min, false)
+    }
+
+    /// Answers a request the pipeline has no room for (see [`ThrottleLayer::queue_refusal`]).
+    fn queue_full(&self, req: Request<Body>, retry_after: std::time::Duration) -> Result<Response<Body>, drain::Draining> {
+        let err = ApiError::QueueFull { message: "pipeline queue is full; retry later".into(), retry_after };
+        self.answer(req, err)
     }
 
     /// The refusal answer, ready or (HTTP/1.1 body to read away first) pending.
@@ -119,7 +154,15 @@ impl ThrottleLayer {
             retry_after,
             open,
         };
+        self.answer(req, err)
+    }
+
+    /// Answers a refusal: held (see [`held`]), or at once.
+    fn answer(&self, req: Request<Body>, err: ApiError) -> Result<Response<Body>, drain::Draining> {
         let resp = crate::receiver::middleware::reject_counted(self.kind, &req, err);
+        if let Some((hold, guard)) = self.admission.hold() {
+            return Err(Box::pin(held(req, resp, hold, guard)));
+        }
         // Nothing of the body is decompressed or decoded; over HTTP/1.1 a modest one is
         // read away so the connection survives (see `middleware::drain`).
         drain::finish(req, resp)
@@ -164,6 +207,11 @@ where
             self.layer.counters.queue_delay.record(w as f64 * 1e-9);
         }
         let waited = waited.unwrap_or(0);
+        if self.layer.admission.enabled && signal.is_some() {
+            if let Some(retry_after) = self.layer.queue_refusal(&req, priority == Some(crate::config::Priority::Critical)) {
+                return ResponseFuture::refused(self.layer.queue_full(req, retry_after));
+            }
+        }
         match self.layer.manager.decide_as(signal, priority) {
             // Critical traffic skips the adaptive layers: it is refused only when Open.
             Decision::Admit(reason @ (Reason::Normal | Reason::SheddingPass))
@@ -180,7 +228,7 @@ where
                         let guard = self.layer.admitted(signal, reason, ticket);
                         ResponseFuture::Inner { fut: self.inner.call(req), guard: Some(guard) }
                     }
-                    Err(AdmissionLayer::InflightCap) if !adm.inner.inflight_wait().is_zero() => {
+                    Err(AdmissionLayer::InflightCap) if !adm.inner.inflight_wait().is_zero() && adm.inner.join_line() => {
                         ResponseFuture::Queued { fut: Box::pin(queued(self.inner.clone(), self.layer.clone(), req, signal, reason)) }
                     }
                     Err(layer) => ResponseFuture::refused(self.layer.refused_by(req, signal, layer)),
@@ -200,6 +248,26 @@ where
     }
 }
 
+/// A held refusal (`receiver.throttle.hold`): answered after `hold`, its body unread. Over
+/// HTTP/2 the body is dropped at once: h2 discards whatever still arrives for the stream,
+/// and the connection closes its stream window while refusing (`h2conn`). Over HTTP/1.1
+/// it stays in the socket, where TCP flow control stops the client once the buffers are
+/// full; after the hold it is answered as any refusal (`middleware::drain`). A client that
+/// retries at once is parked on a timer instead of spinning weir's core.
+async fn held(req: Request<Body>, resp: Response<Body>, hold: std::time::Duration, guard: super::HeldGuard) -> Response<Body> {
+    let req = (req.version() < axum::http::Version::HTTP_2).then_some(req);
+    // hyper would read the body ahead into memory meanwhile: keep it in the kernel.
+    let pause = req.as_ref().and_then(|r| r.extensions().get::<crate::receiver::rxstamp::RxStamp>()).map(|s| s.pause_reads());
+    tokio::time::sleep(hold).await;
+    drop(guard);
+    drop(pause);
+    let Some(req) = req else { return resp };
+    match drain::finish_held(req, resp) {
+        Ok(resp) => resp,
+        Err(draining) => draining.await,
+    }
+}
+
 /// A request that found the in-flight cap full: waits (up to `max_inflight_wait`) for a
 /// finished request's slot, then goes through the admission layers again like a new
 /// arrival.
@@ -215,6 +283,14 @@ where
 {
     let adm = Arc::clone(&layer.admission);
     let deadline = tokio::time::Instant::now() + adm.inner.inflight_wait();
+    // Joined by the caller; left when this future ends, however it ends.
+    struct InLine<'a>(&'a crate::admission::Admission);
+    impl Drop for InLine<'_> {
+        fn drop(&mut self) {
+            self.0.leave_line();
+        }
+    }
+    let mut in_line = Some(InLine(&adm.inner));
     loop {
         // Registered before the check, so a slot freed in between is not missed.
         let freed = adm.freed.notified();
@@ -222,6 +298,7 @@ where
         freed.as_mut().enable();
         match adm.inner.admit(adm.now(), layer.manager.pressure()) {
             Ok(ticket) => {
+                in_line.take();
                 let guard = layer.admitted(signal, reason, ticket);
                 std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                 let resp = inner.call(req).await;
@@ -230,6 +307,7 @@ where
             }
             Err(AdmissionLayer::InflightCap) if tokio::time::timeout_at(deadline, freed).await.is_ok() => continue,
             Err(refused_by) => {
+                in_line.take();
                 return Ok(match layer.refused_by(req, signal, refused_by) {
                     Ok(resp) => resp,
                     Err(draining) => draining.await,

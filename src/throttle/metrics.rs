@@ -14,6 +14,10 @@ pub const REQUESTS: &str = "weir_throttle_requests_total";
 /// How long each request waited in front of weir (kernel buffers, run queue) before the
 /// throttle saw it, by `protocol` (see `receiver::rxstamp`).
 pub const QUEUE_DELAY: &str = "weir_throttle_queue_delay_seconds";
+/// Refusals being held right now (`receiver.throttle.hold`).
+pub const HELD: &str = "weir_throttle_refusals_held";
+/// How long each held refusal was held.
+pub const HOLD_SECONDS: &str = "weir_throttle_hold_seconds";
 /// Actual time between samples.
 pub const SAMPLER_INTERVAL: &str = "weir_throttle_sampler_interval_seconds";
 /// Time one sample takes (cgroup reads and computation).

@@ -149,17 +149,72 @@ pub struct AdmissionClock {
     pub enabled: bool,
     /// Woken once per finished request, for requests waiting on the in-flight cap.
     pub freed: tokio::sync::Notify,
+    /// Refusals being held right now (`hold`).
+    held: std::sync::atomic::AtomicUsize,
+    /// `weir_throttle_refusals_held` and `weir_throttle_hold_seconds`, registered once.
+    held_gauge: ::metrics::Gauge,
+    hold_seconds: ::metrics::Histogram,
 }
 
 impl AdmissionClock {
     /// Wraps layers with a clock starting now.
     pub fn new(inner: Admission, enabled: bool) -> Self {
-        AdmissionClock { inner, origin: std::time::Instant::now(), enabled, freed: tokio::sync::Notify::new() }
+        AdmissionClock {
+            inner,
+            origin: std::time::Instant::now(),
+            enabled,
+            freed: tokio::sync::Notify::new(),
+            held: std::sync::atomic::AtomicUsize::new(0),
+            held_gauge: ::metrics::gauge!(metrics::HELD),
+            hold_seconds: ::metrics::histogram!(metrics::HOLD_SECONDS),
+        }
+    }
+
+    /// Starts holding a refusal: how long to hold it, and the guard that counts it as held
+    /// until dropped. `None`: answer at once (holding off, too many held, or a hold under
+    /// a millisecond, the timer's resolution). The hold is [`Admission::hold_for`] with
+    /// ±25% jitter, so that clients refused together do not all come back together.
+    pub fn hold(self: &Arc<Self>) -> Option<(std::time::Duration, HeldGuard)> {
+        use std::sync::atomic::Ordering;
+        let held = self.held.fetch_add(1, Ordering::AcqRel) + 1;
+        let guard = HeldGuard(Arc::clone(self), false);
+        let d = self.inner.hold_for(self.now(), held).mul_f64(0.75 + 0.5 * rand::random::<f64>());
+        if d < std::time::Duration::from_millis(1) {
+            return None;
+        }
+        self.held_gauge.increment(1.0);
+        self.hold_seconds.record(d.as_secs_f64());
+        Some((d, guard.counted()))
+    }
+
+    /// Refusals held right now.
+    pub fn held(&self) -> usize {
+        self.held.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Nanoseconds since `origin`.
     pub fn now(&self) -> u64 {
         self.origin.elapsed().as_nanos() as u64
+    }
+}
+
+/// Counts one refusal as held until dropped.
+pub struct HeldGuard(Arc<AdmissionClock>, bool);
+
+impl HeldGuard {
+    /// Also on the `weir_throttle_refusals_held` gauge.
+    fn counted(mut self) -> Self {
+        self.1 = true;
+        self
+    }
+}
+
+impl Drop for HeldGuard {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        if self.1 {
+            self.0.held_gauge.decrement(1.0);
+        }
     }
 }
 

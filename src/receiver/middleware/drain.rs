@@ -49,13 +49,28 @@ pub type Draining = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 
 /// The refusal as it should go out: at once (HTTP/2, or HTTP/1.x that cannot be kept), or
 /// after the body has been read away.
-pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<Body>, Draining> {
+pub fn finish(req: Request<Body>, resp: Response<Body>) -> Result<Response<Body>, Draining> {
+    finish_up_to(req, resp, MAX_BYTES)
+}
+
+/// The largest body read away after a held refusal (`receiver.throttle.hold`). A held
+/// client has pushed at most a socket buffer's worth, and a larger body would be read
+/// for every refusal of a client that retries at once (a 700 KB body costs several
+/// times a new connection); past this the connection is closed instead.
+pub const HELD_MAX_BYTES: u64 = 64 << 10;
+
+/// [`finish`] after a held refusal: only bodies up to [`HELD_MAX_BYTES`] are read away.
+pub fn finish_held(req: Request<Body>, resp: Response<Body>) -> Result<Response<Body>, Draining> {
+    finish_up_to(req, resp, HELD_MAX_BYTES)
+}
+
+fn finish_up_to(req: Request<Body>, mut resp: Response<Body>, max: u64) -> Result<Response<Body>, Draining> {
     if req.version() > Version::HTTP_11 || !has_body(&req) {
         return Ok(resp);
     }
     let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     let slot = match declared {
-        Some(n) if n <= MAX_BYTES => Slot::take(),
+        Some(n) if n <= max => Slot::take(),
         _ => None,
     };
     match slot {

@@ -185,6 +185,8 @@ pub struct HttpContext {
     pub admission: Arc<crate::throttle::AdmissionClock>,
     /// Route → record type, filled by the receivers.
     pub routes: Arc<RouteRegistry>,
+    /// The pipeline, whose byte budget the throttle checks before a body is read.
+    pub queue: Option<Arc<crate::pipeline::Pipeline>>,
 }
 
 /// Applies the list to an HTTP router; returns it and the listener settings.
@@ -209,12 +211,10 @@ pub fn apply_http(
                 listener.max_conns = Some(*limit);
                 router
             }
-            MiddlewareSpec::Throttle => router.layer(ThrottleLayer::new(
-                Arc::clone(&ctx.throttle),
-                Arc::clone(&ctx.admission),
-                Arc::clone(&ctx.routes),
-                ServerKind::Http,
-            )),
+            MiddlewareSpec::Throttle => router.layer(
+                ThrottleLayer::new(Arc::clone(&ctx.throttle), Arc::clone(&ctx.admission), Arc::clone(&ctx.routes), ServerKind::Http)
+                    .with_queue(ctx.queue.clone()),
+            ),
         };
     }
     if let Some(auth) = auth {
@@ -263,12 +263,10 @@ pub fn apply_grpc(
                 listener.max_conns = Some(*limit);
                 router
             }
-            MiddlewareSpec::Throttle => router.layer(ThrottleLayer::new(
-                Arc::clone(&ctx.throttle),
-                Arc::clone(&ctx.admission),
-                Arc::clone(&ctx.routes),
-                ServerKind::Grpc,
-            )),
+            MiddlewareSpec::Throttle => router.layer(
+                ThrottleLayer::new(Arc::clone(&ctx.throttle), Arc::clone(&ctx.admission), Arc::clone(&ctx.routes), ServerKind::Grpc)
+                    .with_queue(ctx.queue.clone()),
+            ),
             // Applied by tonic per service (see grpc_settings); cors is refused at parse.
             MiddlewareSpec::ContentDecompressor | MiddlewareSpec::MaxBytes { .. } | MiddlewareSpec::Cors { .. } => router,
         };
