@@ -10,6 +10,8 @@
 # moderate and overload concurrency), EXTRA (more loadgen flags), OUT (results folder,
 # default bench/results/<date>), SCENARIOS (a subset, e.g. "B D"; the report needs all four). A weir that dies is restarted (like `restart:
 # on-failure`) and counted. Writes OUT/report.md plus one JSON and SVG per scenario.
+# CONFIG: weir's config (default config/bench.yaml; its `    enabled: true` line is the
+# throttle switch the scenarios flip).
 # RATE_LOW and RATE_HIGH (requests/s, both or neither) switch to loadgen's open loop: A and
 # C send RATE_LOW, B and D RATE_HIGH, on a fixed schedule with latency measured from it;
 # C_HIGH then only bounds the requests in flight (10 x c per phase).
@@ -75,7 +77,7 @@ run_scenario() { # name throttle(true|false) concurrency [rate]
   local load=(-c "$c")
   [ -n "$rate" ] && load=(-c "$C_HIGH" -rate "$rate")
   local cfg="$WORK/weir-$name.yaml"
-  sed "s/^    enabled: true$/    enabled: $throttle/" config/bench.yaml > "$cfg"
+  sed "s/^    enabled: true$/    enabled: $throttle/" "${CONFIG:-config/bench.yaml}" > "$cfg"
   grep -q "enabled: $throttle" "$cfg"
   rm -f "$WORK/stop"; echo 0 > "$WORK/restarts-$name"
   (

@@ -46,6 +46,9 @@ struct Shared {
     paused: AtomicBool,
     /// The connection's reader, waiting for the pause to end.
     reader: futures_util::task::AtomicWaker,
+    /// Weir answered with `Connection: close` and left a request body unread: close
+    /// the connection with a lingering close (see `server::linger`).
+    linger: AtomicBool,
 }
 
 /// Keeps a connection's reads paused until dropped.
@@ -75,6 +78,17 @@ impl RxStamp {
     pub fn pause_reads(&self) -> ReadPause {
         self.0.paused.store(true, Ordering::Release);
         ReadPause(self.clone())
+    }
+
+    /// Asks for a lingering close when the connection ends: weir closes it with a request
+    /// body unread.
+    pub fn linger_on_close(&self) {
+        self.0.linger.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`RxStamp::linger_on_close`] was asked for.
+    pub fn wants_linger(&self) -> bool {
+        self.0.linger.load(Ordering::Relaxed)
     }
 
     /// Whether reads must wait; registers `cx` to be woken when the pause ends.

@@ -17,7 +17,7 @@ use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
@@ -243,17 +243,59 @@ where
     if h2 {
         return Ok(h2conn::serve(io, app, stamp, settings, stop_signal(stop)).await?);
     }
+    let conn_stamp = stamp.clone();
     let svc = TowerToHyperService::new(tower::ServiceExt::map_request(app, move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(stamp.clone());
         req
     }));
-    let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), svc).with_upgrades();
-    let mut conn = pin!(conn);
-    tokio::select! {
-        r = conn.as_mut() => return Ok(r?),
-        _ = stop_signal(stop) => conn.as_mut().graceful_shutdown(),
+    let mut conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), svc);
+    let mut stop = pin!(stop_signal(stop));
+    let mut stopping = false;
+    let served = std::future::poll_fn(|cx| {
+        if !stopping && std::future::Future::poll(stop.as_mut(), cx).is_ready() {
+            stopping = true;
+            Pin::new(&mut conn).graceful_shutdown();
+        }
+        conn.poll_without_shutdown(cx)
+    })
+    .await;
+    let mut io = conn.into_parts().io.into_inner();
+    if served.is_ok() && !stopping && conn_stamp.wants_linger() {
+        linger(io).await;
+    } else {
+        let _ = io.shutdown().await;
     }
-    Ok(conn.await?)
+    Ok(served?)
+}
+
+/// How long a lingering close reads what the client still sends.
+const LINGER_TIME: Duration = Duration::from_secs(1);
+/// How much it reads at most.
+const LINGER_BYTES: usize = 1 << 20;
+
+/// A lingering close, as nginx does, for a connection weir closes with a request body
+/// unread (a refusal answered with `Connection: close`). Closing a socket with unread
+/// data makes the kernel send a reset, and a reset that reaches the client before it
+/// has read the answer destroys it: the client sees a broken pipe instead of the 429
+/// and its Retry-After (clients that read only after sending the whole body always
+/// do). So the write side is shut (the answer is followed by FIN) and what the client
+/// still sends is read away until it closes, for at most [`LINGER_TIME`] and
+/// [`LINGER_BYTES`]; a reset after that finds the answer long delivered.
+async fn linger<I: AsyncRead + AsyncWrite + Unpin>(mut io: I) {
+    if io.shutdown().await.is_err() {
+        return;
+    }
+    let mut left = LINGER_BYTES;
+    let mut buf = vec![0u8; 16 << 10];
+    let _ = tokio::time::timeout(LINGER_TIME, async {
+        while left > 0 {
+            match io.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
 }
 
 /// An I/O that replays the bytes read to tell the protocol before reading on.

@@ -8,8 +8,12 @@
 //! with a declared, modest length is read to its end and discarded, never decompressed
 //! or decoded, before the answer goes out on a connection that stays open. Anything
 //! larger, of unknown length, slower than [`MAX_TIME`] or beyond [`MAX_CONCURRENT`]
-//! bodies being read already is answered with `Connection: close` instead.
+//! bodies being read already is answered with `Connection: close` instead, and that
+//! connection closes lingering (`server::linger`): the answer goes out, the write side
+//! is shut, and what the client still sends is read away for a bounded time, so a
+//! client that reads only after sending its whole body still gets the answer.
 
+use crate::receiver::rxstamp::RxStamp;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Request, Response, Version};
 use http_body_util::BodyExt;
@@ -73,16 +77,17 @@ fn finish_up_to(req: Request<Body>, mut resp: Response<Body>, max: u64) -> Resul
         Some(n) if n <= max => Slot::take(),
         _ => None,
     };
+    let stamp = req.extensions().get::<RxStamp>().cloned();
     match slot {
         Some(slot) => Err(Box::pin(async move {
             if !read_away(req.into_body()).await {
-                close(&mut resp);
+                close(&mut resp, stamp.as_ref());
             }
             drop(slot);
             resp
         })),
         None => {
-            close(&mut resp);
+            close(&mut resp, stamp.as_ref());
             Ok(resp)
         }
     }
@@ -93,7 +98,8 @@ fn finish_up_to(req: Request<Body>, mut resp: Response<Body>, max: u64) -> Resul
 /// HTTP/1.x with a body, the connection is closed after the answer.
 pub fn without_reading(req: &Request<Body>, mut resp: Response<Body>) -> Response<Body> {
     if req.version() <= Version::HTTP_11 && has_body(req) {
-        close(&mut resp);
+        // No lingering either: an unknown client gets no read at all.
+        close(&mut resp, None);
     }
     resp
 }
@@ -105,8 +111,13 @@ fn has_body(req: &Request<Body>) -> bool {
     h.contains_key(header::TRANSFER_ENCODING) || h.get(header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0")
 }
 
-fn close(resp: &mut Response<Body>) {
+/// Answers with `Connection: close`; with the connection's stamp, the connection then
+/// closes lingering (the client reads its answer before a reset can destroy it).
+fn close(resp: &mut Response<Body>, stamp: Option<&RxStamp>) {
     resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    if let Some(s) = stamp {
+        s.linger_on_close();
+    }
 }
 
 /// Reads and drops the body; `false` when it was too long, too slow or broken.
