@@ -126,6 +126,15 @@ fn every_rule_names_its_key() {
         ("exporters: [{type: blackhole}]\npipeline: {queue: {critical_reserve: 1.0}}", "pipeline.queue.critical_reserve"),
         ("exporters: [{type: blackhole}]\nreceiver: {auth: {tenants: {t1: {items: {logs: 0.5}}}}}", "receiver.auth.tenants.t1.items.logs"),
         ("exporters: [{type: blackhole}]\nreload: {watch: true}", "watch"),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {throttle: {hold: {return_ratio: 0}}}",
+            "receiver.throttle.hold.return_ratio: must be in [0.1, 100]",
+        ),
+        ("exporters: [{type: blackhole}]\nreceiver: {throttle: {hold: {max: 2m}}}", "receiver.throttle.hold.max"),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {throttle: {max_inflight_queue_per_core: -1}}",
+            "receiver.throttle.max_inflight_queue_per_core",
+        ),
     ];
     for (yaml, want) in cases {
         let e = err(yaml);

@@ -127,6 +127,22 @@ impl Default for QueueDelayConfig {
         QueueDelayConfig { enabled: true, target: Duration::from_millis(10) }
     }
 }
+impl HoldConfig {
+    /// Validates `hold` under `prefix` (`receiver.throttle`).
+    pub fn validate(&self, prefix: &str) -> Result<(), ConfigError> {
+        if self.max > Duration::from_secs(60) {
+            return Err(ConfigError::invalid(
+                format!("{prefix}.hold.max"),
+                "must be at most 60s (a held client waits that long for its answer)",
+            ));
+        }
+        if !(self.return_ratio >= 0.1 && self.return_ratio <= 100.0) {
+            return Err(ConfigError::invalid(format!("{prefix}.hold.return_ratio"), "must be in [0.1, 100]"));
+        }
+        Ok(())
+    }
+}
+
 impl Default for HoldConfig {
     fn default() -> Self {
         HoldConfig { enabled: true, max: Duration::from_secs(2), return_ratio: 0.5, max_held: 4096 }
@@ -146,16 +162,9 @@ pub fn validate(
     b: &BbrConfig,
     k: &KneeConfig,
     q: &QueueDelayConfig,
-    h: &HoldConfig,
     cap: f64,
 ) -> Result<(), ConfigError> {
     let key = |k: &str| format!("{prefix}.{k}");
-    if h.max > Duration::from_secs(60) {
-        return Err(ConfigError::invalid(key("hold.max"), "must be at most 60s (a held client waits that long for its answer)"));
-    }
-    if !(h.return_ratio >= 0.1 && h.return_ratio <= 100.0) {
-        return Err(ConfigError::invalid(key("hold.return_ratio"), "must be in [0.1, 100]"));
-    }
     if q.enabled && q.target.is_zero() {
         return Err(ConfigError::invalid(key("queue_delay.target"), "must be > 0 (or set queue_delay.enabled: false)"));
     }

@@ -329,9 +329,9 @@ impl ThrottleConfig {
             &self.bbr,
             &self.knee,
             &self.queue_delay,
-            &self.hold,
             self.max_inflight_per_core,
         )?;
+        self.hold.validate(prefix)?;
         let cs = &self.connection_signal;
         let cs_ok = cs.surge_ratio > 1.0 && cs.rtt_ratio > 1.0 && (0.0..1.0).contains(&cs.baseline_beta);
         if !cs_ok {
