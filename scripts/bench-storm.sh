@@ -7,7 +7,8 @@
 #
 # Environment: PHASE (default 15s), OUT (default bench/results/<date>/storm), RUNS (a
 # subset of: http-once h2c-once grpc-once http-respect open-loop), WEIR and LOADGEN
-# (prebuilt binaries, e.g. an older weir for a before/after run). About 10 minutes.
+# (prebuilt binaries, e.g. an older weir for a before/after run), LABEL (what the report
+# calls the weir measured; default the checkout's commit). About 10 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,7 +38,7 @@ for run in $RUNS; do
   fi
 done
 
-python3 - "$OUT" "$PHASE" "$("$WEIR" --version 2>/dev/null || true)" "$(git rev-parse --short HEAD)" $RUNS <<'PY'
+python3 - "$OUT" "$PHASE" "$("$WEIR" --version 2>/dev/null || true)" "${LABEL:-$(git rev-parse --short HEAD)}" $RUNS <<'PY'
 import json, os, sys
 out, phase, version, commit, *runs = sys.argv[1:]
 what = {
