@@ -21,7 +21,8 @@ if [ -z "${WEIR:-}" ] || [ -z "${LOADGEN:-}" ]; then
 fi
 export WEIR=${WEIR:-target/release/weir} LOADGEN=${LOADGEN:-target/release/loadgen} PHASE
 
-for run in $RUNS; do
+# SUMMARY_ONLY=1: only write storm.md from the runs already in OUT.
+for run in $([ -n "${SUMMARY_ONLY:-}" ] || echo "$RUNS"); do
   case $run in
     http-once) PROTOCOL=http EXTRA="" ;;
     h2c-once) PROTOCOL=h2c EXTRA="" ;;

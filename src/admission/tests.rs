@@ -199,6 +199,7 @@ fn a_refusal_is_held_so_the_held_clients_return_at_return_ratio_times_the_comple
     c.slow_start.enabled = false;
     c.hold.return_ratio = 2.0;
     c.hold.max = Duration::from_secs(1);
+    c.hold.max_held = 10_000;
     let a = Admission::new(&c, 1.0);
     // Nothing completed yet: no rate to keep busy, the longest hold allowed.
     assert_eq!(a.hold_for(0, 1), Duration::from_secs(1));

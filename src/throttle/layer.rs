@@ -160,8 +160,18 @@ impl ThrottleLayer {
     /// Answers a refusal: held (see [`held`]), or at once.
     fn answer(&self, req: Request<Body>, err: ApiError) -> Result<Response<Body>, drain::Draining> {
         let resp = crate::receiver::middleware::reject_counted(self.kind, &req, err);
-        if let Some((hold, guard)) = self.admission.hold() {
-            return Err(Box::pin(held(req, resp, hold, guard)));
+        // A held refusal keeps its connection and buffers: with memory above its enter
+        // line, refusals are answered at once (an open-loop flood held thousands of them
+        // and was OOM-killed in 300 MiB). Not the exit line: 512 held clients alone take
+        // a 300 MiB container past the bench's 0.60, and answering them at once brought
+        // the spinning back (HTTP/1.1 burst 100% -> 79% of A).
+        let hold = if self.manager.memory_above_enter() { None } else { self.admission.hold() };
+        if let Some((hold, guard)) = hold {
+            // Paused now, before hyper's next read could take more of the body.
+            let pause = (req.version() < axum::http::Version::HTTP_2)
+                .then(|| req.extensions().get::<crate::receiver::rxstamp::RxStamp>().map(|s| s.pause_reads()))
+                .flatten();
+            return Err(Box::pin(held(req, resp, hold, guard, pause)));
         }
         // Nothing of the body is decompressed or decoded; over HTTP/1.1 a modest one is
         // read away so the connection survives (see `middleware::drain`).
@@ -254,10 +264,16 @@ where
 /// it stays in the socket, where TCP flow control stops the client once the buffers are
 /// full; after the hold it is answered as any refusal (`middleware::drain`). A client that
 /// retries at once is parked on a timer instead of spinning weir's core.
-async fn held(req: Request<Body>, resp: Response<Body>, hold: std::time::Duration, guard: super::HeldGuard) -> Response<Body> {
+/// `pause` keeps an HTTP/1.1 connection's reads paused meanwhile: hyper would read the
+/// body ahead into memory; paused, it stays in the kernel.
+async fn held(
+    req: Request<Body>,
+    resp: Response<Body>,
+    hold: std::time::Duration,
+    guard: super::HeldGuard,
+    pause: Option<crate::receiver::rxstamp::ReadPause>,
+) -> Response<Body> {
     let req = (req.version() < axum::http::Version::HTTP_2).then_some(req);
-    // hyper would read the body ahead into memory meanwhile: keep it in the kernel.
-    let pause = req.as_ref().and_then(|r| r.extensions().get::<crate::receiver::rxstamp::RxStamp>()).map(|s| s.pause_reads());
     tokio::time::sleep(hold).await;
     drop(guard);
     drop(pause);

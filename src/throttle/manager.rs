@@ -272,6 +272,14 @@ impl ThrottleManager {
         self.snapshot.load().level.cpu
     }
 
+    /// Whether the memory level of the latest snapshot is above its enter line (false
+    /// when the memory slot is off or has no limit to measure against).
+    pub fn memory_above_enter(&self) -> bool {
+        let level = &self.snapshot.load().level;
+        let mem = &self.policy.load().config.thresholds.mem;
+        mem.enabled && level.mem_valid && level.mem > mem.enter
+    }
+
     /// The admission pressure of the latest snapshot.
     pub fn pressure(&self) -> crate::admission::Pressure {
         self.snapshot.load().pressure
