@@ -217,8 +217,10 @@ impl ApiError {
         resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
         if let Some(d) = self.retry_after() {
             // Retry-After is whole seconds; round up so a client never comes back early.
+            // 0 only when there is nothing left to wait (a held refusal whose hold was
+            // the whole delay).
             let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         resp
     }

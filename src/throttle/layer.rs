@@ -130,8 +130,10 @@ impl ThrottleLayer {
 
     /// Answers a request the pipeline has no room for (see [`ThrottleLayer::queue_refusal`]).
     fn queue_full(&self, req: Request<Body>, retry_after: std::time::Duration) -> Result<Response<Body>, drain::Draining> {
-        let err = ApiError::QueueFull { message: "pipeline queue is full; retry later".into(), retry_after };
-        self.answer(req, err)
+        self.answer(req, retry_after, |retry_after| ApiError::QueueFull {
+            message: "pipeline queue is full; retry later".into(),
+            retry_after,
+        })
     }
 
     /// The refusal answer, ready or (HTTP/1.1 body to read away first) pending.
@@ -143,7 +145,7 @@ impl ThrottleLayer {
         retry_after: std::time::Duration,
         open: bool,
     ) -> Result<Response<Body>, drain::Draining> {
-        let err = ApiError::Throttled {
+        self.answer(req, retry_after, |retry_after| ApiError::Throttled {
             // Integer formatting: a float's costs more than the rest of the message.
             message: format!(
                 "{what} for {}; retry after {}.{}s",
@@ -153,19 +155,28 @@ impl ThrottleLayer {
             ),
             retry_after,
             open,
-        };
-        self.answer(req, err)
+        })
     }
 
-    /// Answers a refusal: held (see [`held`]), or at once.
-    fn answer(&self, req: Request<Body>, err: ApiError) -> Result<Response<Body>, drain::Draining> {
-        let resp = crate::receiver::middleware::reject_counted(self.kind, &req, err);
+    /// Answers a refusal whose client should wait `retry_after`: held (see [`held`]), or
+    /// at once. `err` makes the answer from the delay to announce: a held client has
+    /// already waited out the hold, so it is told the rest (a client that honours it
+    /// waits about as long in all as without the hold; told the whole delay, it waited
+    /// for both, and such clients lost a tenth of their accepted rate).
+    fn answer(
+        &self,
+        req: Request<Body>,
+        retry_after: std::time::Duration,
+        err: impl FnOnce(std::time::Duration) -> ApiError,
+    ) -> Result<Response<Body>, drain::Draining> {
         // A held refusal keeps its connection and buffers: with memory above its enter
         // line, refusals are answered at once (an open-loop flood held thousands of them
         // and was OOM-killed in 300 MiB). Not the exit line: 512 held clients alone take
         // a 300 MiB container past the bench's 0.60, and answering them at once brought
         // the spinning back (HTTP/1.1 burst 100% -> 79% of A).
         let hold = if self.manager.memory_above_enter() { None } else { self.admission.hold() };
+        let announced = retry_after.saturating_sub(hold.as_ref().map_or(std::time::Duration::ZERO, |(d, _)| *d));
+        let resp = crate::receiver::middleware::reject_counted(self.kind, &req, err(announced));
         if let Some((hold, guard)) = hold {
             // Paused now, before hyper's next read could take more of the body.
             let pause = (req.version() < axum::http::Version::HTTP_2)
@@ -239,7 +250,11 @@ where
                         ResponseFuture::Inner { fut: self.inner.call(req), guard: Some(guard) }
                     }
                     Err(AdmissionLayer::InflightCap) if !adm.inner.inflight_wait().is_zero() && adm.inner.join_line() => {
-                        ResponseFuture::Queued { fut: Box::pin(queued(self.inner.clone(), self.layer.clone(), req, signal, reason)) }
+                        // Left when the wait ends, or when the future is dropped unpolled.
+                        let in_line = InLine(Arc::clone(adm));
+                        ResponseFuture::Queued {
+                            fut: Box::pin(queued(self.inner.clone(), self.layer.clone(), req, signal, reason, in_line)),
+                        }
                     }
                     Err(layer) => ResponseFuture::refused(self.layer.refused_by(req, signal, layer)),
                 }
@@ -284,6 +299,16 @@ async fn held(
     }
 }
 
+/// A place in the line for an in-flight slot, joined with `Admission::join_line`; left
+/// when dropped.
+struct InLine(Arc<super::AdmissionClock>);
+
+impl Drop for InLine {
+    fn drop(&mut self) {
+        self.0.inner.leave_line();
+    }
+}
+
 /// A request that found the in-flight cap full: waits (up to `max_inflight_wait`) for a
 /// finished request's slot, then goes through the admission layers again like a new
 /// arrival.
@@ -293,20 +318,14 @@ async fn queued<S>(
     req: Request<Body>,
     signal: Option<Signal>,
     reason: Reason,
+    in_line: InLine,
 ) -> Result<Response<Body>, S::Error>
 where
     S: Service<Request<Body>, Response = Response<Body>>,
 {
     let adm = Arc::clone(&layer.admission);
     let deadline = tokio::time::Instant::now() + adm.inner.inflight_wait();
-    // Joined by the caller; left when this future ends, however it ends.
-    struct InLine<'a>(&'a crate::admission::Admission);
-    impl Drop for InLine<'_> {
-        fn drop(&mut self) {
-            self.0.leave_line();
-        }
-    }
-    let mut in_line = Some(InLine(&adm.inner));
+    let mut in_line = Some(in_line);
     loop {
         // Registered before the check, so a slot freed in between is not missed.
         let freed = adm.freed.notified();
