@@ -83,8 +83,13 @@ async fn cpu_overload_in_a_real_cgroup_sheds_then_recovers() {
     let mut grpc_refusal = None;
     let probe_deadline = Instant::now() + Duration::from_secs(30);
     while grpc_refusal.is_none() && Instant::now() < probe_deadline {
+        let asked = Instant::now();
         match TraceServiceClient::new(ch.clone()).export(small.clone()).await {
-            Err(e) if e.code() == tonic::Code::ResourceExhausted => grpc_refusal = Some(weir::exporter::retry_delay_of(&e)),
+            // A held refusal announces what is left of the delay after its hold: the
+            // wait the client is given is the hold plus the announced delay.
+            Err(e) if e.code() == tonic::Code::ResourceExhausted => {
+                grpc_refusal = Some(weir::exporter::retry_delay_of(&e).map(|d| d + asked.elapsed()))
+            }
             _ => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }
@@ -93,7 +98,7 @@ async fn cpu_overload_in_a_real_cgroup_sheds_then_recovers() {
         let _ = t.await;
     }
     let grpc_refusal = grpc_refusal.expect("a gRPC request was refused while overloaded");
-    assert!(grpc_refusal.is_some_and(|d| d >= Duration::from_secs(1)), "RetryInfo with a delay: {grpc_refusal:?}");
+    assert!(grpc_refusal.is_some_and(|d| d >= Duration::from_secs(1)), "RetryInfo with a delay (plus the hold): {grpc_refusal:?}");
 
     let (ok, shed, open, missing) = (
         counts[0].load(Ordering::Relaxed),

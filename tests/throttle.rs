@@ -29,19 +29,23 @@ async fn open_shedding_and_recovery_over_http_and_grpc() {
     assert_eq!(dbg["effective_cores"], 1.0);
     assert!(dbg["cgroup_paths"].as_array().unwrap().iter().any(|p| p["controller"] == "memory"), "{dbg}");
 
+    let asked = std::time::Instant::now();
     let resp = post(&traces_url, traces("x", 2, 1).encode_to_vec(), false).await;
     assert_eq!(resp.status(), 503);
+    // A held refusal announces what is left of the delay after its hold.
     let retry_after: u64 = resp.headers()["retry-after"].to_str().unwrap().parse().unwrap();
-    assert!((1..=30).contains(&retry_after), "{retry_after}");
+    let total = asked.elapsed().as_secs_f64() + retry_after as f64;
+    assert!((1.0..=31.0).contains(&total), "hold and Retry-After {retry_after} make {total:.2} s");
     let status = weir::rpc::Status::decode(resp.bytes().await.unwrap()).unwrap();
     assert!(status.message.contains("overloaded"), "{}", status.message);
     assert_eq!(status.code, tonic::Code::ResourceExhausted as i32);
 
     let ch = tonic::transport::Channel::from_shared(w.grpc()).unwrap().connect().await.unwrap();
+    let asked = std::time::Instant::now();
     let err = TraceServiceClient::new(ch.clone()).export(traces("g", 1, 1)).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::ResourceExhausted);
     let delay = weir::exporter::retry_delay_of(&err).expect("RetryInfo present so OTLP clients retry");
-    assert!(delay >= Duration::from_secs(1));
+    assert!(delay + asked.elapsed() >= Duration::from_secs(1), "{delay:?} after a hold of {:?}", asked.elapsed());
     // metrics: enabled=false admits even when Open.
     MetricsServiceClient::new(ch.clone()).export(metrics("exempt", 1)).await.expect("exempt type admitted while open");
 
@@ -133,9 +137,11 @@ fn post_while_blocked(url: String, body: Vec<u8>, busy: Duration) -> std::thread
         s.write_all(head.as_bytes()).unwrap();
         s.write_all(&body).unwrap();
         sent.send(()).unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
+        // The body is a protobuf google.rpc.Status: not text (its RetryInfo's nanos are
+        // varint bytes), so read bytes and look at them lossily.
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).unwrap();
+        String::from_utf8_lossy(&out).into_owned()
     });
     // The kernel completes the connection and buffers the request; weir cannot look.
     on_wire.recv_timeout(Duration::from_secs(10)).expect("the request was sent");
