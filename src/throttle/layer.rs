@@ -98,19 +98,16 @@ impl ThrottleLayer {
     /// payload's size then), and a client that retries at once makes weir pay for that
     /// again and again: under a slow exporter, most of the CPU went to decoding requests
     /// that were then refused. So the throttle refuses up front what cannot fit: no room
-    /// left, or less than the declared length of an uncompressed body (compressed bodies
-    /// decode larger than they travel, so only a full budget refuses them). The answer is
-    /// the queue's own 503 with its retry delay, held like any refusal.
+    /// left, or less room than the declared length of an uncompressed protobuf body (the
+    /// bytes the queue will hold; JSON and compressed bodies may take less or more once
+    /// decoded, so only a full budget refuses them, and an idle weir refuses none). The
+    /// answer is the queue's own 503 with its retry delay, held like any refusal.
     fn queue_refusal(&self, req: &Request<Body>, critical: bool) -> Option<std::time::Duration> {
         let queue = self.queue.as_ref()?;
         let h = req.headers();
         let identity = h.get(axum::http::header::CONTENT_ENCODING).is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"));
-        let declared = h
-            .get(axum::http::header::CONTENT_LENGTH)
-            .filter(|_| identity)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(0);
+        let protobuf = h.get(axum::http::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/x-protobuf"));
+        let declared = if identity && protobuf { crate::receiver::middleware::declared_len(req).unwrap_or(0) as usize } else { 0 };
         // At least one byte: a full budget refuses whatever the size.
         queue.would_refuse(declared.max(1), critical).then(|| queue.retry_after())
     }

@@ -177,19 +177,14 @@ impl AdmissionClock {
     pub fn hold(self: &Arc<Self>) -> Option<(std::time::Duration, HeldGuard)> {
         use std::sync::atomic::Ordering;
         let held = self.held.fetch_add(1, Ordering::AcqRel) + 1;
-        let guard = HeldGuard(Arc::clone(self), false);
         let d = self.inner.hold_for(self.now(), held).mul_f64(0.75 + 0.5 * rand::random::<f64>());
         if d < std::time::Duration::from_millis(1) {
+            self.held.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
         self.held_gauge.increment(1.0);
         self.hold_seconds.record(d.as_secs_f64());
-        Some((d, guard.counted()))
-    }
-
-    /// Refusals held right now.
-    pub fn held(&self) -> usize {
-        self.held.load(std::sync::atomic::Ordering::Acquire)
+        Some((d, HeldGuard(Arc::clone(self))))
     }
 
     /// Nanoseconds since `origin`.
@@ -199,22 +194,12 @@ impl AdmissionClock {
 }
 
 /// Counts one refusal as held until dropped.
-pub struct HeldGuard(Arc<AdmissionClock>, bool);
-
-impl HeldGuard {
-    /// Also on the `weir_throttle_refusals_held` gauge.
-    fn counted(mut self) -> Self {
-        self.1 = true;
-        self
-    }
-}
+pub struct HeldGuard(Arc<AdmissionClock>);
 
 impl Drop for HeldGuard {
     fn drop(&mut self) {
         self.0.held.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-        if self.1 {
-            self.0.held_gauge.decrement(1.0);
-        }
+        self.0.held_gauge.decrement(1.0);
     }
 }
 

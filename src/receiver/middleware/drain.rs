@@ -72,8 +72,7 @@ fn finish_up_to(req: Request<Body>, mut resp: Response<Body>, max: u64) -> Resul
     if req.version() > Version::HTTP_11 || !has_body(&req) {
         return Ok(resp);
     }
-    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    let slot = match declared {
+    let slot = match super::declared_len(&req) {
         Some(n) if n <= max => Slot::take(),
         _ => None,
     };

@@ -5,13 +5,13 @@ use super::{reject, ServerKind};
 use crate::receiver::response::ApiError;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, Request, Response};
+use axum::http::{Request, Response};
 use axum::middleware::Next;
 use http_body_util::Limited;
 use std::time::Instant;
 
 pub(super) async fn maxbytes(State((kind, limit)): State<(ServerKind, usize)>, req: Request<Body>, next: Next) -> Response<Body> {
-    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let declared = super::declared_len(&req);
     if declared.is_some_and(|n| n > limit as u64) {
         let err = ApiError::PayloadTooLarge(format!("request body of {} bytes exceeds maxRequestBytes={limit}", declared.unwrap_or(0)));
         return reject(kind, &req, err, Instant::now());

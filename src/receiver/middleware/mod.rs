@@ -277,6 +277,11 @@ pub fn apply_grpc(
     (router, listener)
 }
 
+/// The body length a request declares in `Content-Length`, if it declares one.
+pub(crate) fn declared_len<B>(req: &Request<B>) -> Option<u64> {
+    req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
+}
+
 /// Answers a request refused before any timing started (the throttle).
 pub(crate) fn reject_counted(kind: ServerKind, req: &Request<Body>, err: ApiError) -> Response<Body> {
     reject(kind, req, err, std::time::Instant::now())
