@@ -130,6 +130,11 @@ pub struct Stamped {
     kind: Kind,
     /// A write of this HTTP/2 connection was put off once already (see [`Stamped::hold_once`]).
     held: bool,
+    /// The socket's last write attempt found it full. No write is put off while it is:
+    /// a put-off write wakes its own task, and a connection whose peer stopped reading
+    /// would spin a core on that wake (h2 flushes more than once per poll) instead of
+    /// waiting for the socket to take bytes.
+    blocked: bool,
     /// Read-ahead (see [`SPILL_BYTES`]): bytes `spill_pos..` are next.
     spill: Option<Vec<u8>>,
     spill_pos: usize,
@@ -189,7 +194,7 @@ impl Stamped {
     /// Wraps `inner`, asking the kernel for receive timestamps.
     pub fn new(inner: TcpStream) -> Self {
         let on = ask_for_stamps(inner.as_raw_fd());
-        Stamped { inner, stamp: RxStamp::default(), on, kind: Kind::Unknown, held: false, spill: None, spill_pos: 0 }
+        Stamped { inner, stamp: RxStamp::default(), on, kind: Kind::Unknown, held: false, blocked: false, spill: None, spill_pos: 0 }
     }
 
     /// Notes what the connection is from the first bytes it sent.
@@ -212,7 +217,7 @@ impl Stamped {
     /// (microseconds), never for a timer. HTTP/1.x has one response in flight per
     /// connection and nothing to gather, so it is left alone.
     fn hold_once(&mut self, cx: &mut Context<'_>) -> bool {
-        if self.kind != Kind::Http2 {
+        if self.kind != Kind::Http2 || self.blocked {
             return false;
         }
         self.held = !self.held;
@@ -356,7 +361,9 @@ impl AsyncWrite for Stamped {
         if this.hold_once(cx) {
             return Poll::Pending;
         }
-        Pin::new(&mut this.inner).poll_write(cx, buf)
+        let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.blocked = written.is_pending();
+        written
     }
 
     fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
@@ -364,7 +371,9 @@ impl AsyncWrite for Stamped {
         if this.hold_once(cx) {
             return Poll::Pending;
         }
-        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
+        let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.blocked = written.is_pending();
+        written
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -8,7 +8,14 @@
 //! kernel enforces the strictest ancestor: a leaf that says `max` under a limited pod is
 //! read right. With a private cgroup namespace the chain is just the mount root, which
 //! *is* the container's cgroup. Usage is read where the binding limit sits (that is where
-//! the kernel throttles or OOM-kills), or at our own cgroup when nothing is limited.
+//! the kernel throttles or OOM-kills).
+//!
+//! CPU usage and CPU capacity always come from the same place ([`CpuSource`]): where a
+//! quota or a cpuset narrower than the machine binds, the usage of the cgroup that sets
+//! it against that limit; where nothing binds (a laptop, a systemd service without
+//! `CPUQuota`, a shared pod without limits), weir's own CPU time against the CPUs it may
+//! run on. Reading a shared cgroup's usage against weir's own CPUs made an idle weir
+//! pinned to one core read 199% while another process kept the other core busy.
 //!
 //! `root` is the filesystem root (`/` in production), so tests run on fixture trees.
 
@@ -61,10 +68,41 @@ struct Controller {
 /// CPU capacity.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CpuCapacity {
-    /// min(cpuset cores, quota/period), fractional; or the fallback when no quota is set.
+    /// The binding limit in cores (quota/period or cpuset CPUs, fractional); without one,
+    /// the fallback or the CPUs weir may run on.
     pub cores: f64,
-    /// Whether a CFS quota bounds it.
+    /// Whether a cgroup limit (quota or cpuset) binds.
     pub quota_set: bool,
+}
+
+/// Where the CPU water level's usage and capacity are read, both from the same place.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum CpuSource {
+    /// A CFS quota binds: the usage of the cgroup that sets it (`path`, relative to the
+    /// controller's mount), against the quota.
+    CgroupQuota {
+        /// The cgroup, relative to the controller's mount.
+        path: String,
+    },
+    /// A cpuset narrower than the machine binds: the usage of the cgroup that sets it,
+    /// against its CPUs.
+    CgroupCpuset {
+        /// The cgroup, relative to the controller's mount.
+        path: String,
+    },
+    /// No cgroup limit binds, or weir's CPU affinity is narrower than the one that does:
+    /// weir's own CPU time, against the CPUs it may run on.
+    Process,
+}
+
+/// Where one CPU reading comes from.
+#[derive(Debug)]
+struct CpuPlan {
+    cores: f64,
+    source: CpuSource,
+    /// The cgroup directory whose usage counts, and its version; `None` for the process.
+    usage_dir: Option<(PathBuf, Version)>,
 }
 
 /// Memory figures.
@@ -87,6 +125,8 @@ pub struct CgroupReader {
     /// CPUs this process may run on (affinity), when known (production root only).
     affinity_cpus: Option<usize>,
     fallback_cores: f64,
+    /// The filesystem root everything is read under.
+    root: PathBuf,
 }
 
 #[derive(Debug)]
@@ -243,8 +283,8 @@ impl CgroupReader {
             (false, true) => Layout::V2,
             (false, false) => Layout::None,
         };
-        let affinity_cpus = (root == Path::new("/")).then(|| std::thread::available_parallelism().map(|n| n.get()).ok()).flatten();
-        CgroupReader { layout, cpu, cpuacct, cpuset, memory, affinity_cpus, fallback_cores }
+        let affinity_cpus = if root == Path::new("/") { affinity_cpus() } else { None };
+        CgroupReader { layout, cpu, cpuacct, cpuset, memory, affinity_cpus, fallback_cores, root: root.to_path_buf() }
     }
 
     /// The detected layout.
@@ -265,20 +305,73 @@ impl CgroupReader {
         out
     }
 
-    /// CPUs in our cpuset, nearest level that says, intersected with our affinity.
-    fn cpuset_cores(&self) -> Option<usize> {
-        let from_cgroup = self.cpuset.as_ref().and_then(|c| {
-            c.chain.iter().find_map(|l| {
-                let files: &[&str] = match c.version {
-                    Version::V1 => &["cpuset.effective_cpus", "cpuset.cpus"],
-                    Version::V2 => &["cpuset.cpus.effective", "cpuset.cpus"],
-                };
-                files.iter().find_map(|f| read_trim(&l.dir.join(f)).and_then(|s| parse_cpuset(&s)))
-            })
+    /// The CPUs of our cpuset (nearest level that says) and the topmost level of the
+    /// chain that already has that few: the cgroup that sets the limit.
+    fn cgroup_cpuset(&self) -> Option<(usize, String)> {
+        let c = self.cpuset.as_ref()?;
+        let files: &[&str] = match c.version {
+            Version::V1 => &["cpuset.effective_cpus", "cpuset.cpus"],
+            Version::V2 => &["cpuset.cpus.effective", "cpuset.cpus"],
+        };
+        let count = |l: &Level| files.iter().find_map(|f| read_trim(&l.dir.join(f)).and_then(|s| parse_cpuset(&s)));
+        let n = c.chain.iter().find_map(count)?;
+        let rel = c.chain.iter().rev().find(|l| count(l).is_some_and(|m| m <= n)).map_or_else(String::new, |l| l.rel.clone());
+        Some((n, rel))
+    }
+
+    /// The machine's online CPUs, when known.
+    fn machine_cpus(&self) -> Option<usize> {
+        read_trim(&self.root.join("sys/devices/system/cpu/online")).and_then(|s| parse_cpuset(&s))
+    }
+
+    /// Decides where CPU usage and capacity are read (see [`CpuSource`]).
+    fn cpu_plan(&self) -> CpuPlan {
+        let quota = self.quota();
+        let cpuset = self.cgroup_cpuset();
+        let machine = self.machine_cpus();
+        // A cpuset binds when it is narrower than the machine; with the machine unknown
+        // (fixture trees), when it is narrower than the quota.
+        let cpuset_binds = cpuset.clone().filter(|(n, _)| match machine {
+            Some(m) => *n < m,
+            None => quota.as_ref().is_some_and(|(q, _)| (*n as f64) < *q),
         });
-        match (from_cgroup, self.affinity_cpus) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let binding = match (quota, cpuset_binds) {
+            (Some((q, _)), Some((n, crel))) if (n as f64) < q => Some((n as f64, CpuSource::CgroupCpuset { path: crel })),
+            (Some((q, rel)), _) => Some((q, CpuSource::CgroupQuota { path: rel })),
+            (None, Some((n, rel))) => Some((n as f64, CpuSource::CgroupCpuset { path: rel })),
+            (None, None) => None,
+        };
+        // No more cores than there are CPUs to run on (a quota of 8 on a 2-CPU cpuset).
+        let ceiling = cpuset.as_ref().map(|(n, _)| *n).or(machine).map_or(f64::INFINITY, |n| n as f64);
+        let process = |cores: f64| CpuPlan { cores, source: CpuSource::Process, usage_dir: None };
+        if let Some(aff) = self.affinity_cpus {
+            // Pinned narrower than the cgroup's limit: the cgroup's usage includes CPUs
+            // weir cannot run on, so only weir's own time matches the denominator.
+            if binding.as_ref().is_none_or(|(cores, _)| (aff as f64) < cores.min(ceiling)) {
+                let cores = if self.fallback_cores > 0.0 { self.fallback_cores } else { aff as f64 };
+                return process(cores);
+            }
+        }
+        match binding {
+            Some((cores, source)) => {
+                let rel = match &source {
+                    CpuSource::CgroupQuota { path } | CpuSource::CgroupCpuset { path } => path.as_str(),
+                    CpuSource::Process => "",
+                };
+                let cores = cores.min(ceiling);
+                let dir = self.cpuacct.as_ref().and_then(|c| c.chain.iter().find(|l| l.rel == rel).map(|l| (l.dir.clone(), c.version)));
+                match dir {
+                    Some(dir) => CpuPlan { cores, source, usage_dir: Some(dir) },
+                    // The limiting cgroup is not visible in the accounting hierarchy
+                    // (v1 hierarchies can differ): weir's own time is what is left.
+                    None => process(cores),
+                }
+            }
+            None => {
+                let cores =
+                    if self.fallback_cores > 0.0 { self.fallback_cores } else { cpuset.map(|(n, _)| n).or(machine).unwrap_or(1) as f64 };
+                process(cores)
+            }
         }
     }
 
@@ -312,28 +405,49 @@ impl CgroupReader {
         best
     }
 
-    /// Effective cores: min(cpuset cores, quota/period), kept fractional. Without a quota,
-    /// `fallback_cores`, or (when that is 0) the CPUs this process may run on.
+    /// Effective cores: the binding limit (quota/period or cpuset CPUs), kept fractional.
+    /// Without one, `fallback_cores`, or (when that is 0) the CPUs weir may run on.
     pub fn cpu_capacity(&self) -> CpuCapacity {
-        let cpuset = self.cpuset_cores();
-        match self.quota() {
-            Some((q, _)) => CpuCapacity { cores: cpuset.map_or(q, |n| q.min(n as f64)), quota_set: true },
-            None => {
-                let cores = if self.fallback_cores > 0.0 { self.fallback_cores } else { cpuset.unwrap_or(1) as f64 };
-                CpuCapacity { cores, quota_set: false }
-            }
-        }
+        let plan = self.cpu_plan();
+        CpuCapacity { cores: plan.cores, quota_set: plan.source != CpuSource::Process }
     }
 
-    /// Cumulative CPU time in nanoseconds, where the binding quota sits (else our cgroup).
+    /// Where CPU usage and capacity are read.
+    pub fn cpu_source(&self) -> CpuSource {
+        self.cpu_plan().source
+    }
+
+    /// Cumulative CPU time in nanoseconds, from the same place as [`Self::cpu_capacity`].
     pub fn cpu_usage_nanos(&self) -> Option<u64> {
-        let c = self.cpuacct.as_ref()?;
-        let binding = self.quota().map(|(_, rel)| rel);
-        let level = binding.and_then(|rel| c.chain.iter().find(|l| l.rel == rel)).or_else(|| c.chain.first())?;
-        match c.version {
-            Version::V1 => read_trim(&level.dir.join("cpuacct.usage")).and_then(|s| s.parse().ok()),
-            Version::V2 => stat_field(&level.dir.join("cpu.stat"), "usage_usec").map(|us| us.saturating_mul(1000)),
+        self.cpu_sample().1
+    }
+
+    /// Capacity and usage together, from one decision.
+    pub fn cpu_sample(&self) -> (CpuCapacity, Option<u64>) {
+        let plan = self.cpu_plan();
+        let usage = match &plan.usage_dir {
+            Some((dir, Version::V1)) => read_trim(&dir.join("cpuacct.usage")).and_then(|s| s.parse().ok()),
+            Some((dir, Version::V2)) => stat_field(&dir.join("cpu.stat"), "usage_usec").map(|us| us.saturating_mul(1000)),
+            None => self.process_cpu_nanos(),
+        };
+        (CpuCapacity { cores: plan.cores, quota_set: plan.source != CpuSource::Process }, usage)
+    }
+
+    /// weir's own CPU time: the process clock on the real root, `proc/self/stat` (user +
+    /// system ticks) under a fixture root.
+    fn process_cpu_nanos(&self) -> Option<u64> {
+        if self.root == Path::new("/") {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: ts is a valid out-pointer for the duration of the call.
+            let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+            return (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
         }
+        let stat = fs::read_to_string(self.root.join("proc/self/stat")).ok()?;
+        let fields: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
+        let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        Some(ticks * (1_000_000_000 / hz))
     }
 
     /// Working set and limit, read where the smallest limit sits.
@@ -367,6 +481,19 @@ impl CgroupReader {
             ),
         };
         Some(MemoryReading { working_set: usage.saturating_sub(inactive), limit: best.map(|(v, _)| v) })
+    }
+}
+
+/// The CPUs this process may run on (`sched_getaffinity`; not the quota-aware figure
+/// `available_parallelism` gives).
+fn affinity_cpus() -> Option<usize> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; sched_getaffinity fills it for pid 0
+    // (this thread, whose mask the process's threads inherit).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        (libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0)
+            .then(|| libc::CPU_COUNT(&set) as usize)
+            .filter(|n| *n > 0)
     }
 }
 

@@ -41,6 +41,7 @@ async fn handler(State(s): State<DebugState>) -> Json<serde_json::Value> {
         "enabled": s.manager.enabled(),
         "config_hash": format!("{:016x}", s.manager.config_hash()),
         "layout": s.reader.as_ref().map(|r| r.layout()),
+        "cpu_source": s.reader.as_ref().map(|r| r.cpu_source()),
         "levels": snap.level,
         "effective_cores": snap.level.effective_cores,
         "mem_limit_bytes": snap.level.mem_limit_bytes,

@@ -104,7 +104,7 @@ impl Throttle {
         tracing::info!(
             layout = ?reader.layout(),
             effective_cores = cap.cores,
-            quota_set = cap.quota_set,
+            cpu_source = ?reader.cpu_source(),
             mem_limit_bytes = mem.and_then(|m| m.limit),
             "throttle sampler starting"
         );

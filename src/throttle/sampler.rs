@@ -226,10 +226,10 @@ pub async fn run(
             super::metrics::sampler_interval(started.duration_since(prev));
         }
         last = Some(started);
-        let cap = reader.cpu_capacity();
+        let (cap, cpu_usage_nanos) = reader.cpu_sample();
         let mem = reader.memory();
         let readings = Readings {
-            cpu_usage_nanos: reader.cpu_usage_nanos(),
+            cpu_usage_nanos,
             cores: cap.cores,
             quota_set: cap.quota_set,
             mem_working_set: mem.map(|m| m.working_set),

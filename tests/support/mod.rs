@@ -314,7 +314,38 @@ pub async fn start_weir_in(cg: &cgroup::TestCgroup, yaml: &str, secs: u64) -> We
 
 /// Writes `yaml` (with `{http}`, `{grpc}`, `{admin}`, `{dir}` filled in) and starts the
 /// weir binary inside `cg`, listening on `[h, g, a]`.
-pub fn spawn_weir_in(cg: &cgroup::TestCgroup, yaml: &str, [h, g, a]: [u16; 3]) -> WeirProcess {
+pub fn spawn_weir_in(cg: &cgroup::TestCgroup, yaml: &str, ports: [u16; 3]) -> WeirProcess {
+    spawn_weir_with(yaml, ports, |cfg, log| cg.spawn(Path::new(env!("CARGO_BIN_EXE_weir")), &["--config", cfg], log))
+}
+
+/// The weir binary in the test's own cgroup (no limit of its own), optionally pinned to
+/// one CPU with `taskset`, on free ports; waits until ready.
+pub async fn start_weir_plain(yaml: &str, secs: u64, pin_cpu: Option<usize>) -> WeirProcess {
+    on_free_ports(|ports| async move {
+        let mut weir = spawn_weir_with(yaml, ports, |cfg, log| {
+            let weir = env!("CARGO_BIN_EXE_weir");
+            let mut cmd = match pin_cpu {
+                Some(cpu) => {
+                    let mut c = std::process::Command::new("taskset");
+                    c.args(["-c", &cpu.to_string(), weir]);
+                    c
+                }
+                None => std::process::Command::new(weir),
+            };
+            let out = std::fs::File::create(log).unwrap();
+            cmd.args(["--config", cfg])
+                .stdout(out.try_clone().unwrap())
+                .stderr(out)
+                .stdin(std::process::Stdio::null())
+                .spawn()
+                .expect("weir (and taskset, from util-linux) start")
+        });
+        weir.try_ready(secs).await.map(|()| weir)
+    })
+    .await
+}
+
+fn spawn_weir_with(yaml: &str, [h, g, a]: [u16; 3], spawn: impl FnOnce(&str, &Path) -> std::process::Child) -> WeirProcess {
     let dir = tempfile::tempdir().unwrap();
     let yaml = yaml
         .replace("{http}", &format!("127.0.0.1:{h}"))
@@ -324,7 +355,7 @@ pub fn spawn_weir_in(cg: &cgroup::TestCgroup, yaml: &str, [h, g, a]: [u16; 3]) -
     let cfg = dir.path().join("weir.yaml");
     std::fs::write(&cfg, yaml).unwrap();
     let log = dir.path().join("weir.log");
-    let child = cg.spawn(Path::new(env!("CARGO_BIN_EXE_weir")), &["--config", cfg.to_str().unwrap()], &log);
+    let child = spawn(cfg.to_str().unwrap(), &log);
     WeirProcess {
         child,
         http: format!("http://127.0.0.1:{h}"),
@@ -333,4 +364,16 @@ pub fn spawn_weir_in(cg: &cgroup::TestCgroup, yaml: &str, [h, g, a]: [u16; 3]) -
         log,
         _dir: dir,
     }
+}
+
+/// CPU time (user + system) a process has used so far, from `/proc/<pid>/stat`.
+pub fn process_cpu(pid: u32) -> std::time::Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process alive");
+    // Fields after the command name (which may hold spaces) start at field 3.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    std::time::Duration::from_millis(ticks * 1000 / hz.max(1))
 }

@@ -51,6 +51,7 @@ fn v1_with_quota_cpuset_and_memory() {
     assert_eq!(r.cpu_capacity(), CpuCapacity { cores: 2.5, quota_set: true });
     // Usage is read where the quota sits.
     assert_eq!(r.cpu_usage_nanos(), Some(5_000_000_000));
+    assert_eq!(r.cpu_source(), CpuSource::CgroupQuota { path: "pod".into() });
     assert_eq!(r.memory(), Some(MemoryReading { working_set: 500_000_000, limit: Some(1 << 30) }));
 }
 
@@ -68,6 +69,8 @@ fn v1_cpuset_smaller_than_quota_and_fallbacks() {
         .file("sys/fs/cgroup/memory/memory.stat", "total_inactive_file 2000\n");
     let r = t.reader(0.0);
     assert_eq!(r.cpu_capacity(), CpuCapacity { cores: 2.0, quota_set: true });
+    assert_eq!(r.cpu_source(), CpuSource::CgroupCpuset { path: String::new() }, "2 CPUs bind before the 8-core quota");
+    assert_eq!(r.cpu_usage_nanos(), Some(1));
     // Unlimited memory: no limit (the signal will be invalid), working set clamps at 0.
     assert_eq!(r.memory(), Some(MemoryReading { working_set: 0, limit: None }));
 
@@ -103,6 +106,7 @@ fn v2_nested_limits_and_max() {
     assert_eq!(r.layout(), Layout::V2);
     assert_eq!(r.cpu_capacity(), CpuCapacity { cores: 1.5, quota_set: true }, "the leaf's 1.5 is smaller than the pod's 4");
     assert_eq!(r.cpu_usage_nanos(), Some(2_500_000));
+    assert_eq!(r.cpu_source(), CpuSource::CgroupQuota { path: "kubepods/burstable/pod1/ctr".into() });
     // The leaf says max; the pod's 500 MiB binds and its usage is what counts.
     assert_eq!(r.memory(), Some(MemoryReading { working_set: 250_000_000, limit: Some(524_288_000) }));
     assert!(r.paths().iter().any(|(c, _, p)| c == "memory" && p.ends_with("pod1/ctr")));
@@ -176,6 +180,66 @@ fn no_mountinfo_guesses_the_layout() {
     assert_eq!(r.layout(), Layout::None);
     assert_eq!(r.cpu_capacity(), CpuCapacity { cores: 1.0, quota_set: false });
     assert_eq!(r.memory(), None);
+}
+
+/// Nothing binds: a laptop or a plain host, weir in a cgroup shared with everything else.
+/// The usage of that cgroup is everyone's, so weir's own CPU time is read, against the
+/// CPUs there are. (Reading the shared cgroup made an idle weir read 199% beside a busy
+/// process.)
+#[test]
+fn no_limit_anywhere_reads_the_process() {
+    let t = Tree::new();
+    t.file("proc/self/mountinfo", "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")
+        .file("proc/self/cgroup", "0::/user.slice/session-1.scope\n")
+        .file("proc/self/stat", "4242 (weir (x)) S 1 2 3 4 5 6 7 8 9 10 150 50 0 0 20 0 8 0 1 2 3\n")
+        .file("sys/devices/system/cpu/online", "0-3")
+        .file("sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory")
+        .file("sys/fs/cgroup/cpu.stat", "usage_usec 999999999\n")
+        .file("sys/fs/cgroup/cpuset.cpus.effective", "0-3")
+        .file("sys/fs/cgroup/user.slice/cpu.max", "max 100000")
+        .file("sys/fs/cgroup/user.slice/cpu.stat", "usage_usec 888888888\n")
+        .file("sys/fs/cgroup/user.slice/session-1.scope/cpu.stat", "usage_usec 777777777\n");
+    let r = t.reader(0.0);
+    assert_eq!(r.cpu_source(), CpuSource::Process);
+    assert_eq!(r.cpu_capacity(), CpuCapacity { cores: 4.0, quota_set: false });
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    assert_eq!(r.cpu_usage_nanos(), Some(200 * (1_000_000_000 / hz)), "utime + stime of proc/self/stat, not any cgroup's usage");
+    assert_eq!(t.reader(1.5).cpu_capacity().cores, 1.5, "a configured fallback still sets the capacity");
+}
+
+/// A cpuset narrower than the machine, set by the pod, binds with no quota anywhere: the
+/// pod's usage against the pod's CPUs.
+#[test]
+fn v1_cpuset_narrower_than_the_machine_binds() {
+    let t = Tree::new();
+    t.file("proc/self/mountinfo", V1_MOUNTINFO)
+        .file("proc/self/cgroup", "2:cpu,cpuacct:/pod/c1\n3:cpuset:/pod/c1\n")
+        .file("sys/devices/system/cpu/online", "0-15")
+        .file("sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1")
+        .file("sys/fs/cgroup/cpu,cpuacct/cpuacct.usage", "1")
+        .file("sys/fs/cgroup/cpu,cpuacct/pod/cpuacct.usage", "2")
+        .file("sys/fs/cgroup/cpu,cpuacct/pod/c1/cpuacct.usage", "3")
+        .file("sys/fs/cgroup/cpuset/cpuset.cpus", "0-15")
+        .file("sys/fs/cgroup/cpuset/pod/cpuset.cpus", "4-7")
+        .file("sys/fs/cgroup/cpuset/pod/c1/cpuset.cpus", "4-7");
+    let r = t.reader(0.0);
+    assert_eq!(r.cpu_source(), CpuSource::CgroupCpuset { path: "pod".into() });
+    assert_eq!(r.cpu_capacity(), CpuCapacity { cores: 4.0, quota_set: true });
+    assert_eq!(r.cpu_usage_nanos(), Some(2), "the pod's usage, where its cpuset is set");
+
+    // The same cpuset as the machine: nothing binds, the process is read.
+    let t = Tree::new();
+    t.file("proc/self/mountinfo", V1_MOUNTINFO)
+        .file("proc/self/cgroup", "2:cpu,cpuacct:/\n3:cpuset:/\n")
+        .file("proc/self/stat", "1 (weir) S 1 2 3 4 5 6 7 8 9 10 1 1 0 0 20 0 8 0 1 2 3\n")
+        .file("sys/devices/system/cpu/online", "0-3")
+        .file("sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1")
+        .file("sys/fs/cgroup/cpu,cpuacct/cpuacct.usage", "123456789")
+        .file("sys/fs/cgroup/cpuset/cpuset.cpus", "0-3");
+    let r = t.reader(0.0);
+    assert_eq!(r.cpu_source(), CpuSource::Process);
+    assert_eq!(r.cpu_capacity(), CpuCapacity { cores: 4.0, quota_set: false });
 }
 
 #[test]

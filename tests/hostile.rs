@@ -1,0 +1,138 @@
+//! Hostile and broken clients against the real weir binary, over real sockets: each
+//! test is one attack, with weir's cost (CPU time from /proc) or a legitimate client's
+//! fate as the assertion.
+
+mod support;
+
+use prost::Message;
+use std::io::{ErrorKind, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+use support::*;
+
+const YAML: &str = r#"
+receiver:
+  http_server: {endpoint: "{http}"}
+  grpc_server: {endpoint: "{grpc}"}
+exporters: [{type: blackhole}]
+admin: {endpoint: "{admin}"}
+"#;
+
+/// An HTTP/2 frame header plus payload.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A connection that floods PING frames without ever reading the ACKs, then goes quiet
+/// with its receive buffer full: weir's writes cannot proceed, and that must cost weir
+/// nothing until the peer reads or leaves. Before the fix, the write gathering woke the
+/// connection's task on every flush and weir burnt 90–120% of a core for as long as such
+/// a connection stayed open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_stops_reading_costs_no_cpu() {
+    let weir = start_weir_plain(YAML, 20, None).await;
+    let addr = weir.http.trim_start_matches("http://").to_string();
+    let pid = weir.child.id();
+    let log = weir.log.clone();
+    let sock = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+        s.write_all(&frame(0x4, 0, 0, &[])).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let pings: Vec<u8> = (0..1000u64).flat_map(|i| frame(0x6, 0, 0, &i.to_be_bytes())).collect();
+        let (mut sent, mut blocked) = (0usize, 0u32);
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until {
+            // Whole frames only: a short write leaves the rest of the batch to finish.
+            match s.write(&pings[sent % pings.len()..]) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    blocked += 1;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => {
+                    panic!("weir closed the PING flood after {sent} bytes: {e}\n{}", std::fs::read_to_string(&log).unwrap_or_default())
+                }
+            }
+        }
+        assert!(blocked > 0, "the flood never filled the socket ({sent} bytes sent): the test proves nothing");
+        s
+    })
+    .await
+    .unwrap();
+    // Quiet now, ACKs unread. Let weir settle, then measure.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = process_cpu(pid);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let used = process_cpu(pid) - before;
+    drop(sock);
+    assert!(used < Duration::from_millis(300), "weir used {used:?} of CPU in 3 s with one stalled connection open");
+}
+
+const THROTTLED: &str = r#"
+receiver:
+  http_server: {endpoint: "{http}", middlewares: ["content_decompressor", "throttle"]}
+  grpc_server: {endpoint: "{grpc}", middlewares: ["content_decompressor", "throttle"]}
+  throttle:
+    enabled: true
+    sample_interval: 100ms
+    thresholds:
+      cpu: {enter: 0.6, exit: 0.4, hard: 0.97, breach_n: 2}
+exporters: [{type: blackhole}]
+admin: {endpoint: "{admin}"}
+log: {level: warn}
+"#;
+
+/// weir outside any CPU limit of its own, pinned to CPU 0, idle, beside a busy loop on
+/// CPU 1: its water level is its own CPU time against its one CPU, so it refuses
+/// nothing. Reading the shared cgroup's usage against weir's CPUs read 199% here and
+/// refused every request with "admission is closed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_weir_beside_a_busy_process_refuses_nothing() {
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    assert!(cpus >= 2, "the test pins weir and a busy loop to different CPUs; this machine has {cpus}");
+    let mut busy = std::process::Command::new("taskset").args(["-c", "1", "sh", "-c", "while :; do :; done"]).spawn().unwrap();
+    let weir = start_weir_plain(THROTTLED, 20, Some(0)).await;
+    let dbg = weir.debug().await;
+    assert_eq!(
+        dbg["cpu_source"]["kind"], "process",
+        "no CPU limit binds this test's cgroup and weir is pinned to one CPU: weir's own time must be read: {dbg}"
+    );
+    assert_eq!(dbg["effective_cores"], 1.0, "pinned to one CPU: {dbg}");
+    let body = weir::otlp::synth::traces_request(16, 4, 16, 1).encode_to_vec();
+    let client = reqwest::Client::new();
+    let until = Instant::now() + Duration::from_secs(3);
+    let (mut sent, mut refused) = (0, Vec::new());
+    while Instant::now() < until {
+        let r = client
+            .post(format!("{}/v1/traces", weir.http))
+            .header("content-type", "application/x-protobuf")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        sent += 1;
+        if r.status() != 200 {
+            refused.push(format!("{} {}", r.status(), r.text().await.unwrap_or_default()));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let dbg = weir.debug().await;
+    let _ = busy.kill();
+    let _ = busy.wait();
+    assert!(
+        refused.is_empty(),
+        "{} of {sent} requests refused by an idle weir: {:?}\n{dbg}",
+        refused.len(),
+        &refused[..refused.len().min(3)]
+    );
+    let cpu = dbg["levels"]["cpu_slow"].as_f64().unwrap();
+    assert!(cpu < 0.5, "idle weir's CPU level {cpu}: {dbg}");
+    for (signal, state) in dbg["states"].as_object().unwrap() {
+        assert_eq!(state, "normal", "{signal}: {dbg}");
+    }
+}
