@@ -1,6 +1,7 @@
 //! weir's own telemetry: metric names and the admin server.
 
 pub mod admin;
+pub mod lograte;
 pub mod names;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
