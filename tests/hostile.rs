@@ -181,3 +181,99 @@ async fn bad_request_floods_do_not_flood_the_log() {
         .unwrap_or_else(|| panic!("no suppressed-lines counter:\n{metrics}"));
     assert_eq!(suppressed as usize + lines, 2000, "every failed request is either logged or counted");
 }
+
+/// Reads HTTP/2 frames from `s` until EOF or `secs`: (type, flags, stream, payload).
+fn read_frames(s: &mut TcpStream, secs: u64) -> Vec<(u8, u8, u32, Vec<u8>)> {
+    use std::io::Read;
+    s.set_nonblocking(false).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    while Instant::now() < until {
+        match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => break,
+        }
+    }
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while buf.len() >= at + 9 {
+        let len = (buf[at] as usize) << 16 | (buf[at + 1] as usize) << 8 | buf[at + 2] as usize;
+        if buf.len() < at + 9 + len {
+            break;
+        }
+        let stream = u32::from_be_bytes(buf[at + 5..at + 9].try_into().unwrap()) & 0x7fff_ffff;
+        frames.push((buf[at + 3], buf[at + 4], stream, buf[at + 9..at + 9 + len].to_vec()));
+        at += 9 + len;
+    }
+    frames
+}
+
+/// A request head in HPACK without Huffman or indexing: POST `path`, plus `extra`
+/// (name, value) fields.
+fn hpack_post(path: &str, extra: &[(&str, &str)]) -> Vec<u8> {
+    let mut h = vec![0x83, 0x86]; // :method POST, :scheme http (static table)
+    h.push(0x04); // :path, literal value
+    h.push(path.len() as u8);
+    h.extend_from_slice(path.as_bytes());
+    h.extend_from_slice(&[0x01, 9]); // :authority
+    h.extend_from_slice(b"127.0.0.1");
+    for (name, value) in extra {
+        h.push(0x00);
+        h.push(name.len() as u8);
+        h.extend_from_slice(name.as_bytes());
+        h.push(value.len() as u8);
+        h.extend_from_slice(value.as_bytes());
+    }
+    h
+}
+
+/// MadeYouReset (CVE-2025-8671): streams that make weir reset them (HEADERS with
+/// END_STREAM and a non-zero content-length, a stream error) as fast as the client can
+/// send them, in bursts. The reset budget (100 at once, 10 a second after) sends GOAWAY
+/// ENHANCE_YOUR_CALM after the burst that spends it; before, the cap was 100,000 resets
+/// per connection and all 2000 were answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_you_reset_is_stopped_by_the_reset_budget() {
+    let weir = start_weir_plain(YAML, 20, None).await;
+    let addr = weir.http.trim_start_matches("http://").to_string();
+    let (resets, goaway) = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        let head = hpack_post("/v1/traces", &[("content-type", "application/x-protobuf"), ("content-length", "5")]);
+        let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        out.extend(frame(0x4, 0, 0, &[]));
+        s.write_all(&out).unwrap();
+        // Twenty bursts of 100, 20 ms apart: weir counts the resets as it writes them,
+        // after each burst it has read.
+        for burst in 0..20u32 {
+            let out: Vec<u8> = (0..100).flat_map(|i| frame(0x1, 0x1 | 0x4, 2 * (burst * 100 + i) + 1, &head)).collect();
+            // The peer may close before taking it all: what matters is what came back.
+            if s.write_all(&out).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let frames = read_frames(&mut s, 3);
+        let resets = frames.iter().filter(|f| f.0 == 0x3).count();
+        let goaway = frames.iter().find(|f| f.0 == 0x7).map(|f| u32::from_be_bytes(f.3[4..8].try_into().unwrap()));
+        (resets, goaway)
+    })
+    .await
+    .unwrap();
+    assert_eq!(goaway, Some(0xb), "GOAWAY ENHANCE_YOUR_CALM expected after {resets} stream resets");
+    assert!(resets <= 300, "{resets} resets answered before GOAWAY (budget: 100 at once, checked after each burst read)");
+    let metrics = reqwest::get(format!("{}/metrics", weir.admin)).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("weir_receiver_h2_goaways_total{reason=\"reset_budget\"} 1"), "{metrics}");
+    // The server is fine for everyone else.
+    let ok = reqwest::Client::new()
+        .post(format!("{}/v1/traces", weir.http))
+        .header("content-type", "application/x-protobuf")
+        .body(Vec::new())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+}

@@ -49,14 +49,29 @@ thread_local! {
     static ON_CONNECTION_TASK: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Locally reset streams one connection may cause before it is sent GOAWAY. An early
-/// refusal answers before the body has arrived and resets the rest of the stream; a
-/// client that was already sending keeps sending DATA on it, and h2 counts each such
-/// stream as a local error reset. At the library default (1024 per connection, for its
-/// whole life) a client being throttled gets GOAWAY ENHANCE_YOUR_CALM and loses every
-/// stream in flight (seen with h2load). The cap stays, to bound reset floods, but high
-/// enough that refusals alone do not reach it soon.
-const MAX_LOCAL_RESETS: usize = 100_000;
+/// Reset budget of one connection (RFC 9113 10.5, CVE-2023-44487 "Rapid Reset",
+/// CVE-2025-8671 "MadeYouReset"): resets the client causes, per connection and per time,
+/// not per lifetime. A token bucket of [`RESET_TOKENS`], refilled at
+/// [`RESET_TOKENS_PER_SECOND`]; a stream error weir sends because of what the client sent
+/// (RST_STREAM with PROTOCOL_ERROR, FLOW_CONTROL_ERROR, REFUSED_STREAM and the like: a bad
+/// content-length, trailers without END_STREAM, a window overflow, a stream over the
+/// limit) costs [`PROTOCOL_RESET_COST`]; a stream the client cancels before it was
+/// answered costs 1. That is 100 protocol errors at once and 10 a second after, or 1000
+/// cancels at once and 100 a second after. Spent: GOAWAY ENHANCE_YOUR_CALM.
+///
+/// weir's own refusals never count: they end the stream with NO_ERROR or CANCEL, and h2
+/// remembers up to [`REMEMBERED_RESETS`] such streams (its default is 50) so that DATA
+/// still in flight on them is ignored rather than answered with STREAM_CLOSED. A
+/// STREAM_CLOSED answer to a stream weir already forgot is not counted either: it costs
+/// weir one 13-byte frame, no more than a PING. h2's own budget is per lifetime
+/// (`max_local_error_reset_streams`, 1024 by default); a long-lived gRPC connection that
+/// is refused now and then would reach any lifetime cap, so it is off and this one rules.
+const RESET_TOKENS: u32 = 1000;
+const RESET_TOKENS_PER_SECOND: u32 = 100;
+const PROTOCOL_RESET_COST: u32 = 10;
+/// Reset streams h2 remembers (see [`RESET_TOKENS`]); one `Stream` (a few hundred bytes)
+/// each, for one second after the reset.
+const REMEMBERED_RESETS: usize = 1024;
 
 /// Streams one connection may have open. A refusal is held (`receiver.throttle.hold`)
 /// on its stream, and with hyper's 200 a client that shares one connection among more
@@ -89,6 +104,150 @@ struct WindowState {
     closed: AtomicBool,
     /// The connection's task, woken when the window should change.
     conn: AtomicWaker,
+    /// The connection's reset budget.
+    resets: ResetBudget,
+}
+
+/// The token bucket of [`RESET_TOKENS`].
+struct ResetBudget {
+    /// Tokens left and when they were last counted.
+    bucket: std::sync::Mutex<(f64, std::time::Instant)>,
+    spent: AtomicBool,
+}
+
+impl Default for ResetBudget {
+    fn default() -> Self {
+        ResetBudget { bucket: std::sync::Mutex::new((f64::from(RESET_TOKENS), std::time::Instant::now())), spent: AtomicBool::new(false) }
+    }
+}
+
+impl ResetBudget {
+    /// Takes `cost` tokens; true when this spends the budget.
+    fn charge(&self, cost: u32) -> bool {
+        let now = std::time::Instant::now();
+        let mut b = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
+        let refill = now.duration_since(b.1).as_secs_f64() * f64::from(RESET_TOKENS_PER_SECOND);
+        b.0 = (b.0 + refill).min(f64::from(RESET_TOKENS)) - f64::from(cost);
+        b.1 = now;
+        b.0 < 0.0 && !self.spent.swap(true, Ordering::AcqRel)
+    }
+
+    fn is_spent(&self) -> bool {
+        self.spent.load(Ordering::Acquire)
+    }
+}
+
+/// A connection spent its reset budget: counted, and logged (a few a second).
+fn calm_down() {
+    static LINES: crate::telemetry::lograte::LineBudget = crate::telemetry::lograte::LineBudget::new("reset_budget", 5);
+    if crate::telemetry::installed() {
+        ::metrics::counter!(crate::telemetry::names::H2_GOAWAYS, "reason" => "reset_budget").increment(1);
+    }
+    if let Some(suppressed) = LINES.admit() {
+        tracing::warn!(suppressed, "HTTP/2 connection spent its reset budget: GOAWAY ENHANCE_YOUR_CALM");
+    }
+}
+
+/// Reads the frames a connection writes, to charge the stream errors it sends to the
+/// reset budget. h2 does not report them; its writes are the one place they all pass.
+/// The server's byte stream starts with a frame (SETTINGS; there is no server preface).
+struct ScanWrites<I> {
+    io: I,
+    window: Arc<WindowState>,
+    /// The frame header being read, and how much of it has been.
+    head: [u8; 9],
+    have: usize,
+    /// Payload bytes of the current frame still to pass.
+    payload: usize,
+    /// The current frame is RST_STREAM: its error code, as read so far.
+    code: Option<([u8; 4], usize)>,
+}
+
+impl<I> ScanWrites<I> {
+    fn new(io: I, window: Arc<WindowState>) -> Self {
+        ScanWrites { io, window, head: [0; 9], have: 0, payload: 0, code: None }
+    }
+
+    /// Passes over `bytes` just written; charges the stream errors among them.
+    fn scan(&mut self, mut bytes: &[u8]) {
+        let mut errors = 0u32;
+        while !bytes.is_empty() {
+            if self.payload > 0 {
+                let take = self.payload.min(bytes.len());
+                if let Some((code, got)) = &mut self.code {
+                    let n = take.min(4 - *got);
+                    code[*got..*got + n].copy_from_slice(&bytes[..n]);
+                    *got += n;
+                    if *got == 4 {
+                        // NO_ERROR, INTERNAL_ERROR, STREAM_CLOSED and CANCEL are weir's
+                        // own answers (see RESET_TOKENS); the rest are the client's doing.
+                        errors += u32::from(!matches!(u32::from_be_bytes(*code), 0 | 2 | 5 | 8));
+                        self.code = None;
+                    }
+                }
+                self.payload -= take;
+                bytes = &bytes[take..];
+                continue;
+            }
+            let n = (9 - self.have).min(bytes.len());
+            self.head[self.have..self.have + n].copy_from_slice(&bytes[..n]);
+            self.have += n;
+            bytes = &bytes[n..];
+            if self.have == 9 {
+                self.have = 0;
+                self.payload = usize::from(self.head[0]) << 16 | usize::from(self.head[1]) << 8 | usize::from(self.head[2]);
+                self.code = (self.head[3] == 0x3 && self.payload == 4).then_some(([0; 4], 0));
+            }
+        }
+        if errors > 0 && self.window.resets.charge(errors * PROTOCOL_RESET_COST) {
+            self.window.conn.wake();
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for ScanWrites<I> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for ScanWrites<I> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.io).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = written {
+            this.scan(&buf[..n]);
+        }
+        written
+    }
+
+    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(mut n)) = written {
+            for b in bufs {
+                if n == 0 {
+                    break;
+                }
+                let k = n.min(b.len());
+                this.scan(&b[..k]);
+                n -= k;
+            }
+        }
+        written
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
 }
 
 impl WindowState {
@@ -212,13 +371,16 @@ where
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
         .max_header_list_size(MAX_HEADER_LIST_BYTES)
         .max_send_buffer_size(MAX_SEND_BUFFER_BYTES)
-        .max_local_error_reset_streams(Some(MAX_LOCAL_RESETS));
+        .max_concurrent_reset_streams(REMEMBERED_RESETS)
+        .max_local_error_reset_streams(None);
     let mut stop = pin!(stop);
+    let window = Arc::new(WindowState::default());
+    let io = ScanWrites::new(io, Arc::clone(&window));
     let mut conn = tokio::select! {
         c = builder.handshake::<_, Bytes>(io) => c?,
         _ = stop.as_mut() => return Ok(()),
     };
-    let window = Arc::new(WindowState::default());
+    let mut calmed = false;
     let mut asked = settings.stream_window;
     let mut stopping = false;
     // Streams are started once everything readable has been taken in: each call to
@@ -239,6 +401,12 @@ where
                     Poll::Ready(None) => return Poll::Ready(Ok(())),
                     Poll::Pending => break,
                 }
+            }
+            if !calmed && window.resets.is_spent() {
+                calmed = true;
+                calm_down();
+                conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+                continue;
             }
             if !batch.is_empty() {
                 for (request, respond) in batch.drain(..) {
@@ -273,7 +441,7 @@ fn start_stream(
 ) {
     let mut request = request.map(|recv| H2Body::new(recv, Arc::clone(window)));
     request.extensions_mut().insert(stamp.clone());
-    let mut task = Box::pin(stream(app.clone(), request, respond));
+    let mut task = Box::pin(stream(app.clone(), request, respond, Arc::clone(window)));
     ON_CONNECTION_TASK.set(true);
     // A panic in one stream must not end the connection's other streams (as it would not
     // have with a task of its own): the stream is dropped, which resets it.
@@ -289,7 +457,7 @@ fn start_stream(
 }
 
 /// One stream: the app's answer, then its body, until done or reset by the client.
-async fn stream(app: Router, request: Request<H2Body>, mut respond: SendResponse<Bytes>) {
+async fn stream(app: Router, request: Request<H2Body>, mut respond: SendResponse<Bytes>, window: Arc<WindowState>) {
     let call = tower::ServiceExt::oneshot(app, request);
     let mut call = pin!(call);
     // A client that resets the stream cancels the call.
@@ -301,7 +469,14 @@ async fn stream(app: Router, request: Request<H2Body>, mut respond: SendResponse
         },
     })
     .await;
-    let Some(Ok(response)) = answered else { return };
+    let Some(answered) = answered else {
+        // Cancelled by the client before the answer: charged to its reset budget.
+        if window.resets.charge(1) {
+            window.conn.wake();
+        }
+        return;
+    };
+    let Ok(response) = answered;
     let (mut head, body) = response.into_parts();
     tidy_headers(&mut head.headers, &body);
     let end = body.is_end_stream();

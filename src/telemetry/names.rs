@@ -31,3 +31,5 @@ pub const DECOMPRESSED_BYTES: &str = "weir_receiver_decompressed_input_bytes_tot
 pub const QUOTA_REJECTED: &str = "weir_quota_rejected_total";
 /// Config reloads by `result` (success, failure).
 pub const CONFIG_RELOADS: &str = "weir_config_reloads_total";
+/// HTTP/2 connections weir sent GOAWAY for a misbehaving peer, by `reason` (reset_budget).
+pub const H2_GOAWAYS: &str = "weir_receiver_h2_goaways_total";
