@@ -92,6 +92,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
             max_conns: listener.max_conns.map(|l| l.resolve(cores())),
             h2_stream_window: h.http2_stream_window_bytes,
             tracker: Some(Arc::clone(&throttle.conns)),
+            connections: h.connections,
             ..server::Listen::new("http", &h.endpoint)
         };
         let handle = server::serve(listen, app).await?;
@@ -112,6 +113,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
             max_conns: listener.max_conns.map(|l| l.resolve(cores())),
             h2_stream_window: g.http2_stream_window_bytes,
             tracker: Some(Arc::clone(&throttle.conns)),
+            connections: g.connections,
             ..server::Listen::new("grpc", &g.endpoint)
         };
         let handle = server::serve(listen, app).await?;

@@ -277,3 +277,218 @@ async fn made_you_reset_is_stopped_by_the_reset_budget() {
         .unwrap();
     assert_eq!(ok.status(), 200);
 }
+
+/// Connection limits made short so the attacks below play out in seconds, and a cap of
+/// 32 connections so that they can reach it.
+const TIGHT: &str = r#"
+receiver:
+  http_server:
+    endpoint: "{http}"
+    middlewares: ["logging", "content_decompressor", "maxconns;maxConnections=32"]
+    connections: {header_read_timeout: 1s, body_read_timeout: 1s, idle_timeout: 3s, http2_keepalive_interval: 500ms, http2_keepalive_timeout: 500ms}
+  grpc_server:
+    endpoint: "{grpc}"
+    middlewares: ["logging", "content_decompressor", "maxconns;maxConnections=32"]
+    connections: {header_read_timeout: 1s, body_read_timeout: 1s, idle_timeout: 3s, http2_keepalive_interval: 500ms, http2_keepalive_timeout: 500ms}
+exporters: [{type: blackhole}]
+admin: {endpoint: "{admin}"}
+"#;
+
+/// Opens `n` connections to `addr` and sends `first` on each; connections the kernel
+/// does not complete within a second are left out.
+fn open_conns(addr: &str, n: usize, first: &[u8]) -> Vec<TcpStream> {
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    (0..n)
+        .filter_map(|_| {
+            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+            s.write_all(first).ok()?;
+            Some(s)
+        })
+        .collect()
+}
+
+/// Sends `n` OTLP/HTTP requests one after another, each on a new connection, each given
+/// 5 s: how many were answered 200, and the slowest answer.
+async fn legit_requests(http: &str, n: usize) -> (usize, Duration) {
+    let client = reqwest::Client::builder().pool_max_idle_per_host(0).timeout(Duration::from_secs(5)).build().unwrap();
+    let body = weir::otlp::synth::traces_request(8, 4, 16, 3).encode_to_vec();
+    let (mut ok, mut slowest) = (0, Duration::ZERO);
+    for _ in 0..n {
+        let started = Instant::now();
+        let r = client.post(format!("{http}/v1/traces")).header("content-type", "application/x-protobuf").body(body.clone()).send().await;
+        slowest = slowest.max(started.elapsed());
+        ok += usize::from(r.is_ok_and(|r| r.status() == 200));
+    }
+    (ok, slowest)
+}
+
+async fn closed_total(weir: &WeirProcess, reason: &str) -> f64 {
+    let metrics = reqwest::get(format!("{}/metrics", weir.admin)).await.unwrap().text().await.unwrap();
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("weir_receiver_connections_closed_total{") && l.contains(&format!("reason=\"{reason}\"")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Idle TCP connections, HTTP/2 connections that only sent their preface, and a
+/// slowloris (a request head one byte at a time) each fill the connection cap many
+/// times over. New clients are still served: at the cap, the connection idle the
+/// longest is closed to make room, and the slowloris heads run into
+/// `header_read_timeout`. Before, each attack locked new clients out (0–12% served).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_slow_connections_do_not_lock_new_clients_out() {
+    let weir = start_weir_plain(TIGHT, 20, None).await;
+    let addr = weir.http.trim_start_matches("http://").to_string();
+
+    let idle = open_conns(&addr, 200, b"");
+    let (ok, slowest) = legit_requests(&weir.http, 20).await;
+    assert_eq!(ok, 20, "with {} idle connections open, {ok}/20 new clients served (slowest {slowest:?})", idle.len());
+    drop(idle);
+
+    let mut preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    preface.extend(frame(0x4, 0, 0, &[]));
+    let silent = open_conns(&addr, 200, &preface);
+    let (ok, slowest) = legit_requests(&weir.http, 20).await;
+    assert_eq!(ok, 20, "with {} preface-only HTTP/2 connections, {ok}/20 new clients served (slowest {slowest:?})", silent.len());
+    drop(silent);
+    assert!(closed_total(&weir, "evicted").await >= 20.0, "room was made by closing idle connections");
+
+    // Slowloris: 100 heads, a byte each every 200 ms, reconnecting when closed.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loris = {
+        let (addr, stop) = (addr.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let head = b"POST /v1/traces HTTP/1.1\r\nHost: weir\r\nContent-Type: application/x-protobuf\r\nX-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
+            let mut conns: Vec<(TcpStream, usize)> = open_conns(&addr, 100, b"P").into_iter().map(|s| (s, 1)).collect();
+            let mut closed = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for (s, at) in conns.iter_mut() {
+                    if s.write_all(&head[*at % head.len()..*at % head.len() + 1]).is_err() {
+                        closed += 1;
+                        if let Some(fresh) = open_conns(&addr, 1, b"P").pop() {
+                            *s = fresh;
+                        }
+                        *at = 0;
+                    }
+                    *at += 1;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            closed
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (ok, slowest) = legit_requests(&weir.http, 20).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let closed = loris.join().unwrap();
+    assert_eq!(ok, 20, "under a slowloris, {ok}/20 new clients served (slowest {slowest:?})");
+    assert!(closed >= 50, "slow request heads must be closed by header_read_timeout or to make room; {closed} were");
+
+    // One slow head alone (no cap pressure): closed by header_read_timeout (1 s).
+    let addr2 = addr.clone();
+    let lasted = tokio::task::spawn_blocking(move || {
+        let mut s = open_conns(&addr2, 1, b"P").pop().unwrap();
+        let started = Instant::now();
+        while s.write_all(b"O").is_ok() && started.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        started.elapsed()
+    })
+    .await
+    .unwrap();
+    assert!(lasted < Duration::from_millis(2500), "a slow head was kept {lasted:?} (header_read_timeout: 1s)");
+    assert!(closed_total(&weir, "header_timeout").await >= 1.0, "counted as header_timeout");
+}
+
+/// A slow POST (the head at once, then the body a byte at a time) gets 408 after
+/// `body_read_timeout`, on HTTP/1.1 and on HTTP/2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_body_gets_408() {
+    let weir = start_weir_plain(TIGHT, 20, None).await;
+    let addr = weir.http.trim_start_matches("http://").to_string();
+    let answer = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.write_all(b"POST /v1/traces HTTP/1.1\r\nHost: weir\r\nContent-Type: application/x-protobuf\r\nContent-Length: 1000\r\n\r\n")
+            .unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let started = Instant::now();
+        let mut got = Vec::new();
+        while started.elapsed() < Duration::from_secs(5) {
+            let _ = s.write_all(b"\x0a");
+            let mut buf = [0u8; 4096];
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    got.extend_from_slice(&buf[..n]);
+                    break;
+                }
+                Err(_) => {}
+            }
+        }
+        (String::from_utf8_lossy(&got).to_string(), started.elapsed())
+    })
+    .await
+    .unwrap();
+    assert!(answer.0.starts_with("HTTP/1.1 408"), "slow HTTP/1.1 body: {:?} after {:?}", answer.0, answer.1);
+    assert!(answer.1 < Duration::from_secs(3), "answered after {:?}", answer.1);
+
+    // HTTP/2: HEADERS, then one byte of DATA a time.
+    let addr = weir.http.trim_start_matches("http://").to_string();
+    let frames = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        out.extend(frame(0x4, 0, 0, &[]));
+        out.extend(frame(
+            0x1,
+            0x4,
+            1,
+            &hpack_post("/v1/traces", &[("content-type", "application/x-protobuf"), ("content-length", "1000")]),
+        ));
+        s.write_all(&out).unwrap();
+        for _ in 0..8 {
+            let _ = s.write_all(&frame(0x0, 0, 1, b"\x0a"));
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        read_frames(&mut s, 1)
+    })
+    .await
+    .unwrap();
+    // The response HEADERS on stream 1 open with :status 408: a literal with the name
+    // :status (static index 8) and the Huffman-coded value "408" (0x68 0x0f 0x7f).
+    let head = frames.iter().find(|f| f.0 == 0x1 && f.2 == 1).unwrap_or_else(|| panic!("no answer on the slow stream: {frames:?}"));
+    assert!(head.3.starts_with(&[0x48, 0x83, 0x68, 0x0f, 0x7f]), "slow HTTP/2 body answered {:?}", head.3);
+}
+
+/// HTTP/2 keepalive: a peer that stops answering PINGs is closed after
+/// `http2_keepalive_interval` + `http2_keepalive_timeout`; one that answers (tonic) stays
+/// connected through a quiet spell longer than that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_keepalive_closes_dead_peers_and_keeps_live_ones() {
+    let weir = start_weir_plain(TIGHT, 20, None).await;
+    let addr = weir.grpc.trim_start_matches("http://").to_string();
+    let (frames, lasted) = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        out.extend(frame(0x4, 0, 0, &[]));
+        s.write_all(&out).unwrap();
+        let started = Instant::now();
+        let frames = read_frames(&mut s, 6);
+        (frames, started.elapsed())
+    })
+    .await
+    .unwrap();
+    assert!(frames.iter().any(|f| f.0 == 0x6 && f.1 & 1 == 0), "weir sent a keepalive PING: {frames:?}");
+    assert!(lasted < Duration::from_secs(4), "a peer that does not answer PINGs was kept {lasted:?}");
+    assert!(closed_total(&weir, "keepalive_timeout").await >= 1.0);
+
+    // A live client: quiet for 2.5 s (five keepalive intervals), then a request on the
+    // same connection.
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    let mut client = TraceServiceClient::connect(weir.grpc.clone()).await.unwrap();
+    client.export(weir::otlp::synth::traces_request(4, 2, 8, 1)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    client.export(weir::otlp::synth::traces_request(4, 2, 8, 2)).await.expect("the connection survived its quiet spell");
+}

@@ -15,8 +15,8 @@ pub use exporter::{
 };
 pub use pipeline::{BatchConfig, PipelineConfig, QueueConfig};
 pub use receiver::{
-    AuthConfig, GrpcServerConfig, HttpServerConfig, RateConfig, ReceiverConfig, TenantConfig, TlsConfig, DEFAULT_H2_STREAM_WINDOW,
-    MAX_H2_STREAM_WINDOW, MIN_H2_STREAM_WINDOW,
+    AuthConfig, ConnectionConfig, GrpcServerConfig, HttpServerConfig, RateConfig, ReceiverConfig, TenantConfig, TlsConfig,
+    DEFAULT_H2_STREAM_WINDOW, MAX_H2_STREAM_WINDOW, MIN_H2_STREAM_WINDOW,
 };
 pub use throttle::{Priority, RetryAfterConfig, Rule, RuleConfig, RulesConfig, SignalConfig, SlotConfig, ThresholdsConfig, ThrottleConfig};
 

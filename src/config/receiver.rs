@@ -4,6 +4,7 @@ use super::{validate_endpoint, ConfigError};
 use crate::receiver::middleware::{MiddlewareSpec, ServerKind};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// 64 MiB: the OTLP specification's recommended body limit.
 const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
@@ -57,6 +58,8 @@ pub struct HttpServerConfig {
     pub http2_stream_window_bytes: u32,
     /// Optional TLS.
     pub tls: Option<TlsConfig>,
+    /// Connection hygiene: timeouts, keepalive, listen backlog.
+    pub connections: ConnectionConfig,
 }
 
 impl Default for HttpServerConfig {
@@ -68,6 +71,7 @@ impl Default for HttpServerConfig {
             max_request_body_bytes: DEFAULT_MAX_BODY_BYTES,
             http2_stream_window_bytes: DEFAULT_H2_STREAM_WINDOW,
             tls: None,
+            connections: ConnectionConfig::default(),
         }
     }
 }
@@ -88,6 +92,8 @@ pub struct GrpcServerConfig {
     pub http2_stream_window_bytes: u32,
     /// Optional TLS.
     pub tls: Option<TlsConfig>,
+    /// Connection hygiene: timeouts, keepalive, listen backlog.
+    pub connections: ConnectionConfig,
 }
 
 impl Default for GrpcServerConfig {
@@ -99,7 +105,70 @@ impl Default for GrpcServerConfig {
             max_recv_msg_size_bytes: DEFAULT_MAX_BODY_BYTES,
             http2_stream_window_bytes: DEFAULT_H2_STREAM_WINDOW,
             tls: None,
+            connections: ConnectionConfig::default(),
         }
+    }
+}
+
+/// How long a connection may take over each step, and how the listener queues new ones.
+/// A connection that overstays is closed; one with no request in flight is the first to
+/// go when the server is at its connection cap (`maxconns`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionConfig {
+    /// From the first byte of a request head (HTTP/1.1), or of the connection (the
+    /// HTTP/2 preface and first SETTINGS, a TLS handshake), until it is complete
+    /// (slowloris). Closed without an answer when exceeded.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// A request's body must have arrived within this of its head (slow POST): 408 /
+    /// DEADLINE_EXCEEDED otherwise.
+    #[serde(with = "humantime_serde")]
+    pub body_read_timeout: Duration,
+    /// A connection with no request in flight and nothing received for this long is
+    /// closed (HTTP/1.1 keep-alive, HTTP/2 with no stream open). 0 = never.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// HTTP/2: after this long with nothing received, weir sends a PING. 0 = off.
+    #[serde(with = "humantime_serde")]
+    pub http2_keepalive_interval: Duration,
+    /// HTTP/2: a PING not answered within this closes the connection.
+    #[serde(with = "humantime_serde")]
+    pub http2_keepalive_timeout: Duration,
+    /// The listen backlog: connections the kernel completes and queues before weir
+    /// accepts them (the kernel caps it at `net.core.somaxconn`).
+    pub listen_backlog: u32,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        ConnectionConfig {
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(120),
+            http2_keepalive_interval: Duration::from_secs(30),
+            http2_keepalive_timeout: Duration::from_secs(10),
+            listen_backlog: 4096,
+        }
+    }
+}
+
+impl ConnectionConfig {
+    fn validate(&self, server: &str) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("receiver.{server}.connections.{k}");
+        if self.header_read_timeout.is_zero() {
+            return Err(ConfigError::invalid(key("header_read_timeout"), "must be > 0"));
+        }
+        if self.body_read_timeout.is_zero() {
+            return Err(ConfigError::invalid(key("body_read_timeout"), "must be > 0"));
+        }
+        if !self.http2_keepalive_interval.is_zero() && self.http2_keepalive_timeout.is_zero() {
+            return Err(ConfigError::invalid(key("http2_keepalive_timeout"), "must be > 0 while http2_keepalive_interval is set"));
+        }
+        if self.listen_backlog == 0 {
+            return Err(ConfigError::invalid(key("listen_backlog"), "must be > 0"));
+        }
+        Ok(())
     }
 }
 
@@ -208,6 +277,8 @@ impl ReceiverConfig {
         if g.max_recv_msg_size_bytes == 0 {
             return Err(ConfigError::invalid("receiver.grpc_server.max_recv_msg_size_bytes", "must be > 0"));
         }
+        h.connections.validate("http_server")?;
+        g.connections.validate("grpc_server")?;
         for (name, window) in [("http_server", h.http2_stream_window_bytes), ("grpc_server", g.http2_stream_window_bytes)] {
             if !(MIN_H2_STREAM_WINDOW..=MAX_H2_STREAM_WINDOW).contains(&window) {
                 return Err(ConfigError::invalid(

@@ -91,6 +91,8 @@ const MAX_SEND_BUFFER_BYTES: usize = 400 * 1024;
 pub struct H2Settings {
     /// The initial stream window (`http2_stream_window_bytes`) while not refusing.
     pub stream_window: u32,
+    /// Timeouts and keepalive.
+    pub opts: super::server::ConnOpts,
 }
 
 /// What the connection and its streams share to decide the window.
@@ -376,11 +378,27 @@ where
     let mut stop = pin!(stop);
     let window = Arc::new(WindowState::default());
     let io = ScanWrites::new(io, Arc::clone(&window));
+    let opts = settings.opts;
     let mut conn = tokio::select! {
-        c = builder.handshake::<_, Bytes>(io) => c?,
+        c = tokio::time::timeout(opts.limits.header_read_timeout, builder.handshake::<_, Bytes>(io)) => match c {
+            Ok(c) => c?,
+            Err(_) => {
+                super::hygiene::Closed::HeaderTimeout.count(opts.server);
+                return Ok(());
+            }
+        },
         _ = stop.as_mut() => return Ok(()),
     };
     let mut calmed = false;
+    let tick = opts.tick();
+    let mut check = pin!(tokio::time::sleep(tick));
+    let mut ping = conn.ping_pong();
+    // A keepalive PING in flight: when it is due back.
+    let mut pong_due: Option<u64> = None;
+    // When weir started closing the connection on its own.
+    let mut closing_since: Option<u64> = None;
+    let keepalive = opts.limits.http2_keepalive_interval.as_millis() as u64;
+    let keepalive_timeout = opts.limits.http2_keepalive_timeout.as_millis() as u64;
     let mut asked = settings.stream_window;
     let mut stopping = false;
     // Streams are started once everything readable has been taken in: each call to
@@ -393,6 +411,56 @@ where
             conn.graceful_shutdown();
         }
         window.conn.register(cx.waker());
+        if let (Some(p), Some(_)) = (ping.as_mut(), pong_due) {
+            if p.poll_pong(cx).is_ready() {
+                pong_due = None;
+            }
+        }
+        let evicted = stamp.evicted(cx);
+        let due = check.as_mut().poll(cx).is_ready();
+        if due {
+            check.as_mut().reset(tokio::time::Instant::now() + tick);
+            let _ = check.as_mut().poll(cx);
+        }
+        if due || evicted {
+            let now = super::rxstamp::mono_ms();
+            if let Some(since) = closing_since {
+                // The GOAWAY could not be flushed (a peer that does not read): drop it.
+                if now.saturating_sub(since) > 1000 {
+                    return Poll::Ready(Ok(()));
+                }
+            } else if let Some(why) = opts.verdict(&stamp, evicted, false) {
+                // Nothing in flight: a GOAWAY, and the connection ends.
+                why.count(opts.server);
+                conn.abrupt_shutdown(Reason::NO_ERROR);
+                closing_since = Some(now);
+            } else if evicted {
+                // Busy: no new streams, and it ends when these are done.
+                if !stopping {
+                    stopping = true;
+                    conn.graceful_shutdown();
+                }
+            } else {
+                match pong_due {
+                    Some(due) if now > due => {
+                        super::hygiene::Closed::KeepaliveTimeout.count(opts.server);
+                        return Poll::Ready(Ok(()));
+                    }
+                    Some(_) => {}
+                    None if keepalive > 0 && stamp.quiet_ms(now) > keepalive => {
+                        if let Some(p) = ping.as_mut() {
+                            if p.send_ping(h2::Ping::opaque()).is_ok() {
+                                pong_due = Some(now + keepalive_timeout);
+                                if p.poll_pong(cx).is_ready() {
+                                    pong_due = None;
+                                }
+                            }
+                        }
+                    }
+                    None => {}
+                }
+            }
+        }
         loop {
             loop {
                 match conn.poll_accept(cx) {
@@ -410,7 +478,7 @@ where
             }
             if !batch.is_empty() {
                 for (request, respond) in batch.drain(..) {
-                    start_stream(cx, request, respond, &app, &stamp, &window);
+                    start_stream(cx, request, respond, &app, &stamp, &window, opts.limits.body_read_timeout);
                 }
                 // Their answers go out on the next turn.
                 continue;
@@ -438,10 +506,12 @@ fn start_stream(
     app: &Router,
     stamp: &RxStamp,
     window: &Arc<WindowState>,
+    body_timeout: std::time::Duration,
 ) {
-    let mut request = request.map(|recv| H2Body::new(recv, Arc::clone(window)));
+    let mut request = request.map(|recv| super::hygiene::Deadline::new(H2Body::new(recv, Arc::clone(window)), body_timeout));
     request.extensions_mut().insert(stamp.clone());
-    let mut task = Box::pin(stream(app.clone(), request, respond, Arc::clone(window)));
+    let busy = stamp.busy();
+    let mut task = Box::pin(stream(app.clone(), request, respond, Arc::clone(window), busy));
     ON_CONNECTION_TASK.set(true);
     // A panic in one stream must not end the connection's other streams (as it would not
     // have with a task of its own): the stream is dropped, which resets it.
@@ -457,7 +527,13 @@ fn start_stream(
 }
 
 /// One stream: the app's answer, then its body, until done or reset by the client.
-async fn stream(app: Router, request: Request<H2Body>, mut respond: SendResponse<Bytes>, window: Arc<WindowState>) {
+async fn stream(
+    app: Router,
+    request: Request<super::hygiene::Deadline<H2Body>>,
+    mut respond: SendResponse<Bytes>,
+    window: Arc<WindowState>,
+    _busy: super::rxstamp::Busy,
+) {
     let call = tower::ServiceExt::oneshot(app, request);
     let mut call = pin!(call);
     // A client that resets the stream cancels the call.

@@ -77,6 +77,9 @@ fn body_error(e: Box<dyn std::error::Error + Send + Sync>, limit: usize) -> ApiE
         if err.is::<http_body_util::LengthLimitError>() {
             return ApiError::PayloadTooLarge(format!("request body exceeds the limit of {limit} bytes"));
         }
+        if let Some(timeout) = err.downcast_ref::<super::hygiene::BodyTimeout>() {
+            return ApiError::BodyTimeout(timeout.to_string());
+        }
         source = err.source();
     }
     ApiError::BadRequest(format!("cannot read request body: {e}"))

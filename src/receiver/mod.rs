@@ -7,6 +7,7 @@ pub mod decode;
 pub mod grpc;
 pub mod h2conn;
 pub mod http;
+pub mod hygiene;
 pub mod middleware;
 pub mod promrw;
 pub mod pyroscope;

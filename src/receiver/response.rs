@@ -42,6 +42,9 @@ pub enum ApiError {
     /// Shutting down.
     #[error("weir is shutting down")]
     ShuttingDown,
+    /// The body did not arrive within `body_read_timeout`.
+    #[error("{0}")]
+    BodyTimeout(String),
     /// The throttle refused the request: `open` means the breaker is open (503/UNAVAILABLE
     /// semantics on HTTP), otherwise the request was shed (429).
     #[error("{message}")]
@@ -56,7 +59,7 @@ pub enum ApiError {
 }
 
 /// Every value [`ApiError::reason`] gives.
-pub const REASONS: [&str; 10] = [
+pub const REASONS: [&str; 11] = [
     "bad_request",
     "unsupported_media_type",
     "too_large",
@@ -65,6 +68,7 @@ pub const REASONS: [&str; 10] = [
     "not_found",
     "queue_full",
     "shutting_down",
+    "body_timeout",
     "throttle_open",
     "throttle_shed",
 ];
@@ -80,6 +84,7 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::QueueFull { .. } | ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Throttled { open: true, .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Throttled { open: false, .. } => StatusCode::TOO_MANY_REQUESTS,
         }
@@ -94,6 +99,7 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) | ApiError::NotFound(_) => Code::Unimplemented,
             ApiError::QueueFull { .. } | ApiError::ShuttingDown => Code::Unavailable,
             ApiError::Throttled { .. } => Code::ResourceExhausted,
+            ApiError::BodyTimeout(_) => Code::DeadlineExceeded,
         }
     }
 
@@ -117,6 +123,7 @@ impl ApiError {
             ApiError::NotFound(_) => "not_found",
             ApiError::QueueFull { .. } => "queue_full",
             ApiError::ShuttingDown => "shutting_down",
+            ApiError::BodyTimeout(_) => "body_timeout",
             ApiError::Throttled { open: true, .. } => "throttle_open",
             ApiError::Throttled { open: false, .. } => "throttle_shed",
         }
@@ -136,9 +143,11 @@ impl ApiError {
     /// The message, borrowed where the error carries it.
     fn message(&self) -> std::borrow::Cow<'_, str> {
         match self {
-            ApiError::BadRequest(m) | ApiError::UnsupportedMediaType(m) | ApiError::PayloadTooLarge(m) | ApiError::Unauthenticated(m) => {
-                m.as_str().into()
-            }
+            ApiError::BadRequest(m)
+            | ApiError::UnsupportedMediaType(m)
+            | ApiError::PayloadTooLarge(m)
+            | ApiError::Unauthenticated(m)
+            | ApiError::BodyTimeout(m) => m.as_str().into(),
             ApiError::QueueFull { message, .. } | ApiError::Throttled { message, .. } => message.as_str().into(),
             other => other.to_string().into(),
         }
@@ -308,6 +317,7 @@ mod tests {
             ApiError::NotFound(s()),
             ApiError::QueueFull { message: s(), retry_after: d },
             ApiError::ShuttingDown,
+            ApiError::BodyTimeout(s()),
             ApiError::Throttled { message: s(), retry_after: d, open: true },
             ApiError::Throttled { message: s(), retry_after: d, open: false },
         ];

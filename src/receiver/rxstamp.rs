@@ -27,7 +27,7 @@
 use std::io;
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
@@ -49,6 +49,36 @@ struct Shared {
     /// Weir answered with `Connection: close` and left a request body unread: close
     /// the connection with a lingering close (see `server::linger`).
     linger: AtomicBool,
+    /// Requests (HTTP/2: streams) being handled on the connection.
+    in_flight: AtomicU32,
+    /// When bytes were last read, or a request last finished ([`mono_ms`]).
+    active_ms: AtomicU64,
+    /// When the first bytes arrived with no request in flight: an HTTP/1.1 request head
+    /// being received ([`mono_ms`], 0 = none).
+    head_since_ms: AtomicU64,
+    /// The server wants the connection closed once nothing is in flight (see
+    /// [`RxStamp::evict`]).
+    evict: AtomicBool,
+    /// The connection's task, woken by [`RxStamp::evict`].
+    conn: futures_util::task::AtomicWaker,
+}
+
+/// Milliseconds on a monotonic clock that starts at 1 (0 means "never").
+pub fn mono_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64 + 1
+}
+
+/// A request in flight on its connection; dropped when it is answered.
+#[derive(Debug)]
+pub struct Busy(RxStamp);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let s = &self.0 .0;
+        s.active_ms.store(mono_ms(), Ordering::Relaxed);
+        s.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Keeps a connection's reads paused until dropped.
@@ -89,6 +119,63 @@ impl RxStamp {
     /// Whether [`RxStamp::linger_on_close`] was asked for.
     pub fn wants_linger(&self) -> bool {
         self.0.linger.load(Ordering::Relaxed)
+    }
+
+    /// A request (HTTP/2: a stream) is being handled until the guard is dropped.
+    pub fn busy(&self) -> Busy {
+        self.0.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.0.head_since_ms.store(0, Ordering::Relaxed);
+        Busy(self.clone())
+    }
+
+    /// Requests in flight on the connection.
+    pub fn in_flight(&self) -> u32 {
+        self.0.in_flight.load(Ordering::Acquire)
+    }
+
+    /// How long the connection has been idle at `now` ([`mono_ms`]): nothing in flight,
+    /// nothing read since; `None` while a request is in flight. `opened` counts as
+    /// activity (a connection that never sent anything is idle since it opened).
+    pub fn idle_ms(&self, now: u64, opened: u64) -> Option<u64> {
+        (self.in_flight() == 0).then(|| now.saturating_sub(self.0.active_ms.load(Ordering::Relaxed).max(opened)))
+    }
+
+    /// How long nothing has been read, at `now`.
+    pub fn quiet_ms(&self, now: u64) -> u64 {
+        now.saturating_sub(self.0.active_ms.load(Ordering::Relaxed))
+    }
+
+    /// How long an HTTP/1.1 request head has been arriving at `now`, if one is.
+    pub fn head_waiting_ms(&self, now: u64) -> Option<u64> {
+        let since = self.0.head_since_ms.load(Ordering::Relaxed);
+        (since != 0 && self.in_flight() == 0).then(|| now.saturating_sub(since))
+    }
+
+    /// Asks the connection to close once nothing is in flight (the server is at its
+    /// connection cap and this connection is the least useful).
+    pub fn evict(&self) {
+        self.0.evict.store(true, Ordering::Release);
+        self.0.conn.wake();
+    }
+
+    /// Whether [`RxStamp::evict`] was asked for.
+    pub fn eviction_asked(&self) -> bool {
+        self.0.evict.load(Ordering::Acquire)
+    }
+
+    /// Whether [`RxStamp::evict`] was asked for; registers `cx` to hear of it.
+    pub fn evicted(&self, cx: &mut Context<'_>) -> bool {
+        self.0.conn.register(cx.waker());
+        self.0.evict.load(Ordering::Acquire)
+    }
+
+    /// Bytes were read from the connection.
+    fn on_read(&self) {
+        let now = mono_ms();
+        self.0.active_ms.store(now, Ordering::Relaxed);
+        if self.0.in_flight.load(Ordering::Relaxed) == 0 && self.0.head_since_ms.load(Ordering::Relaxed) == 0 {
+            self.0.head_since_ms.store(now, Ordering::Relaxed);
+        }
     }
 
     /// Whether reads must wait; registers `cx` to be woken when the pause ends.
@@ -285,6 +372,9 @@ impl AsyncRead for Stamped {
         if !this.on {
             let before = buf.filled().len();
             ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+            if buf.filled().len() > before {
+                this.stamp.on_read();
+            }
             this.classify(&buf.filled()[before..]);
             return Poll::Ready(Ok(()));
         }
@@ -346,6 +436,9 @@ impl AsyncRead for Stamped {
                     // first socket asks): unknown, which reads as no wait, never as the
                     // wait of older bytes.
                     this.stamp.set(at.unwrap_or(0));
+                    if n > 0 {
+                        this.stamp.on_read();
+                    }
                     return Poll::Ready(Ok(()));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,

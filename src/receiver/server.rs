@@ -3,14 +3,18 @@
 //! preface, with or without TLS), and graceful shutdown.
 
 use super::h2conn::{self, H2Settings};
+use super::hygiene::Closed;
+use super::rxstamp::mono_ms;
 use super::rxstamp::RxStamp;
-use crate::config::TlsConfig;
+use crate::config::{ConnectionConfig, TlsConfig};
 use crate::telemetry::names;
 use axum::http::Request;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
+use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::{pin, Pin};
@@ -110,49 +114,123 @@ pub struct Listen<'a> {
     pub h2_stream_window: u32,
     /// Where open connections are registered (the throttle's conntrack), if anywhere.
     pub tracker: Option<Arc<super::conntrack::ConnRegistry>>,
+    /// Timeouts, keepalive and the listen backlog.
+    pub connections: ConnectionConfig,
 }
 
 impl<'a> Listen<'a> {
     /// Plain TCP on `endpoint`: no TLS, no cap, the default window, untracked.
     pub fn new(name: &'static str, endpoint: &'a str) -> Self {
-        Listen { name, endpoint, tls: None, max_conns: None, h2_stream_window: crate::config::DEFAULT_H2_STREAM_WINDOW, tracker: None }
+        Listen {
+            name,
+            endpoint,
+            tls: None,
+            max_conns: None,
+            h2_stream_window: crate::config::DEFAULT_H2_STREAM_WINDOW,
+            tracker: None,
+            connections: ConnectionConfig::default(),
+        }
+    }
+}
+
+/// Binds `endpoint` with a listen backlog of `backlog`.
+async fn bind(endpoint: &str, backlog: u32) -> io::Result<TcpListener> {
+    let mut last = None;
+    for addr in tokio::net::lookup_host(endpoint).await? {
+        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(addr).and_then(|()| socket.listen(backlog)) {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::AddrNotAvailable, "the address resolves to nothing")))
+}
+
+/// The open connections of one server, for choosing one to close at the cap.
+#[derive(Default)]
+struct Open {
+    conns: std::sync::Mutex<HashMap<u64, (RxStamp, u64)>>,
+}
+
+impl Open {
+    fn add(&self, id: u64, stamp: RxStamp, opened: u64) {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner()).insert(id, (stamp, opened));
+    }
+
+    fn remove(&self, id: u64) {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    }
+
+    /// Asks the connection idle the longest (nothing in flight) to close; false when
+    /// every connection is busy.
+    fn evict_idlest(&self) -> bool {
+        let now = mono_ms();
+        let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let idlest = conns
+            .values()
+            .filter(|(stamp, _)| !stamp.eviction_asked())
+            .filter_map(|(stamp, opened)| stamp.idle_ms(now, *opened).map(|idle| (idle, stamp)))
+            .max_by_key(|(idle, _)| *idle);
+        match idlest {
+            Some((_, stamp)) => {
+                stamp.evict();
+                true
+            }
+            None => false,
+        }
     }
 }
 
 /// Binds `listen.endpoint` and serves `app` until shut down.
 pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, ServerError> {
-    let Listen { name, endpoint, tls, max_conns, h2_stream_window, tracker } = listen;
-    let listener =
-        TcpListener::bind(endpoint).await.map_err(|source| ServerError::Bind { name, endpoint: endpoint.to_string(), source })?;
+    let Listen { name, endpoint, tls, max_conns, h2_stream_window, tracker, connections } = listen;
+    let listener = bind(endpoint, connections.listen_backlog).await.map_err(|source| ServerError::Bind {
+        name,
+        endpoint: endpoint.to_string(),
+        source,
+    })?;
     let local_addr = listener.local_addr().map_err(|source| ServerError::Bind { name, endpoint: endpoint.to_string(), source })?;
     if !super::rxstamp::enable_on_listener(&listener) {
         tracing::warn!(server = name, "the kernel gives no receive timestamps: the queue-delay layer sees no waits");
     }
     let (stop, mut stopped) = watch::channel(false);
     let limit = max_conns.map(|n| Arc::new(Semaphore::new(n)));
+    let open_conns = Arc::new(Open::default());
     let task = tokio::spawn(async move {
         // Every connection holds a sender; when the last is gone, all have finished.
         let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
+        let mut next_id = 0u64;
         loop {
-            // With a cap, wait for a free slot before accepting: excess clients queue in
-            // the kernel's backlog instead of costing memory here.
-            let permit = match &limit {
-                Some(sem) => tokio::select! {
-                    p = Arc::clone(sem).acquire_owned() => p.ok(),
-                    _ = stopped.changed() => break,
-                },
-                None => None,
-            };
             let (stream, peer) = tokio::select! {
                 r = listener.accept() => match r {
                     Ok(x) => x,
                     Err(e) => {
-                        tracing::warn!(server = name, error = %e, "accept failed");
+                        // Out of file descriptors, mostly: a line a second at most.
+                        static LINES: crate::telemetry::lograte::LineBudget = crate::telemetry::lograte::LineBudget::new("accept_failed", 1);
+                        if let Some(suppressed) = LINES.admit() {
+                            tracing::warn!(server = name, error = %e, suppressed, "accept failed");
+                        }
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
                 },
                 _ = stopped.changed() => break,
+            };
+            // At the cap, the connection idle the longest makes room; with none idle,
+            // this one waits (and the next ones in the kernel's backlog).
+            let permit = match &limit {
+                Some(sem) => match Arc::clone(sem).try_acquire_owned() {
+                    Ok(p) => Some(p),
+                    Err(_) => {
+                        open_conns.evict_idlest();
+                        tokio::select! {
+                            p = Arc::clone(sem).acquire_owned() => p.ok(),
+                            _ = stopped.changed() => break,
+                        }
+                    }
+                },
+                None => None,
             };
             let _ = stream.set_nodelay(true);
             let conn = tracker.clone().map(|t| {
@@ -163,30 +241,51 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
             // throttle can see how long it waited before weir looked at it (`rxstamp`).
             let stream = super::rxstamp::Stamped::new(stream);
             let stamp = stream.stamp();
+            next_id += 1;
+            let id = next_id;
+            let opened = mono_ms();
+            open_conns.add(id, stamp.clone(), opened);
             let tls = tls.clone();
             let app = app.clone();
             let stop = stopped.clone();
             let open = open_tx.clone();
-            let settings = H2Settings { stream_window: h2_stream_window };
+            let open_conns = Arc::clone(&open_conns);
+            let opts = ConnOpts { server: name, opened, limits: connections };
+            let settings = H2Settings { stream_window: h2_stream_window, opts };
             tokio::spawn(async move {
                 let _open = open;
                 let _permit = permit;
                 let gauge = metrics::gauge!(names::CONNECTIONS, "server" => name);
                 gauge.increment(1.0);
                 let result = match tls {
-                    Some(acceptor) => match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
-                        Ok(Ok(s)) => serve_connection(s, app, stamp, settings, stop).await,
-                        Ok(Err(e)) => {
-                            tracing::debug!(server = name, %peer, error = %e, "TLS handshake failed");
-                            Ok(())
+                    Some(acceptor) => {
+                        let handshake = tokio::time::timeout(connections.header_read_timeout, acceptor.accept(stream));
+                        let handshake = tokio::select! {
+                            h = handshake => Some(h),
+                            _ = evicted(&stamp) => None,
+                        };
+                        match handshake {
+                            Some(Ok(Ok(s))) => serve_connection(s, app, stamp, settings, stop).await,
+                            Some(Ok(Err(e))) => {
+                                tracing::debug!(server = name, %peer, error = %e, "TLS handshake failed");
+                                Ok(())
+                            }
+                            Some(Err(_)) => {
+                                Closed::HeaderTimeout.count(name);
+                                Ok(())
+                            }
+                            None => {
+                                Closed::Evicted.count(name);
+                                Ok(())
+                            }
                         }
-                        Err(_) => Ok(()),
-                    },
+                    }
                     None => serve_connection(stream, app, stamp, settings, stop).await,
                 };
                 if let Err(e) = result {
                     tracing::debug!(server = name, %peer, error = %e, "connection ended with error");
                 }
+                open_conns.remove(id);
                 gauge.decrement(1.0);
                 if let Some((t, Some(id))) = conn {
                     if let Some(c) = t.for_server(name) {
@@ -201,6 +300,53 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
         let _ = open_rx.recv().await;
     });
     Ok(ServerHandle { local_addr, stop, task })
+}
+
+/// What one connection needs to know about its limits.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnOpts {
+    /// The server's name, for metrics.
+    pub server: &'static str,
+    /// When it opened ([`mono_ms`]).
+    pub opened: u64,
+    /// Its timeouts.
+    pub limits: ConnectionConfig,
+}
+
+impl ConnOpts {
+    /// Options for a connection opened now, with the default limits.
+    pub fn now(server: &'static str) -> Self {
+        ConnOpts { server, opened: mono_ms(), limits: ConnectionConfig::default() }
+    }
+
+    /// Why the connection must close now, if it must; `evicted` says the server asked.
+    /// `head` checks the HTTP/1.1 request-head timeout.
+    pub fn verdict(&self, stamp: &RxStamp, evicted: bool, head: bool) -> Option<Closed> {
+        let now = mono_ms();
+        let idle = stamp.idle_ms(now, self.opened);
+        if evicted && idle.is_some() {
+            return Some(Closed::Evicted);
+        }
+        if head && stamp.head_waiting_ms(now).is_some_and(|ms| ms > self.limits.header_read_timeout.as_millis() as u64) {
+            return Some(Closed::HeaderTimeout);
+        }
+        let idle_limit = self.limits.idle_timeout.as_millis() as u64;
+        if idle_limit > 0 && idle.is_some_and(|ms| ms > idle_limit) {
+            return Some(Closed::Idle);
+        }
+        None
+    }
+
+    /// How often to check.
+    pub fn tick(&self) -> Duration {
+        let l = &self.limits;
+        super::hygiene::tick(&[l.header_read_timeout, l.idle_timeout, l.http2_keepalive_interval, l.http2_keepalive_timeout])
+    }
+}
+
+/// Resolves once the server asks the connection to close to make room.
+async fn evicted(stamp: &RxStamp) {
+    std::future::poll_fn(|cx| if stamp.evicted(cx) { Poll::Ready(()) } else { Poll::Pending }).await
 }
 
 /// Resolves once the server is told to stop (or its handle is gone).
@@ -221,22 +367,39 @@ where
 {
     // Read until the bytes differ from the preface or all of it is there: an HTTP/1.1
     // request differs by its second byte, so this is one read in practice.
+    let opts = settings.opts;
     let mut seen = [0u8; h2conn::PREFACE.len()];
     let mut len = 0;
-    let h2 = loop {
-        let n = tokio::select! {
-            r = io.read(&mut seen[len..]) => r?,
-            _ = stop_signal(stop.clone()) => return Ok(()),
-        };
-        if n == 0 {
+    let sniff = async {
+        loop {
+            let n = io.read(&mut seen[len..]).await?;
+            if n == 0 {
+                return Ok::<_, io::Error>(None);
+            }
+            len += n;
+            if !h2conn::PREFACE.starts_with(&seen[..len]) {
+                return Ok(Some(false));
+            }
+            if len == h2conn::PREFACE.len() {
+                return Ok(Some(true));
+            }
+        }
+    };
+    let h2 = tokio::select! {
+        r = tokio::time::timeout(opts.limits.header_read_timeout, sniff) => match r {
+            Ok(r) => match r? {
+                Some(h2) => h2,
+                None => return Ok(()),
+            },
+            Err(_) => {
+                Closed::HeaderTimeout.count(opts.server);
+                return Ok(());
+            }
+        },
+        _ = stop_signal(stop.clone()) => return Ok(()),
+        _ = evicted(&stamp) => {
+            Closed::Evicted.count(opts.server);
             return Ok(());
-        }
-        len += n;
-        if !h2conn::PREFACE.starts_with(&seen[..len]) {
-            break false;
-        }
-        if len == h2conn::PREFACE.len() {
-            break true;
         }
     };
     let io = Rewind { seen, len, pos: 0, inner: io };
@@ -244,21 +407,46 @@ where
         return Ok(h2conn::serve(io, app, stamp, settings, stop_signal(stop)).await?);
     }
     let conn_stamp = stamp.clone();
-    let svc = TowerToHyperService::new(tower::ServiceExt::map_request(app, move |mut req: Request<Incoming>| {
+    let body_limit = opts.limits.body_read_timeout;
+    let svc = TowerToHyperService::new(tower::service_fn(move |req: Request<Incoming>| {
+        let mut req = req.map(|body| super::hygiene::Deadline::new(body, body_limit));
         req.extensions_mut().insert(stamp.clone());
-        req
+        Tracked { call: tower::ServiceExt::oneshot(app.clone(), req), _busy: stamp.busy() }
     }));
     let mut conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), svc);
     let mut stop = pin!(stop_signal(stop));
     let mut stopping = false;
+    let tick = opts.tick();
+    let mut check = pin!(tokio::time::sleep(tick));
+    let mut closed = None;
     let served = std::future::poll_fn(|cx| {
-        if !stopping && std::future::Future::poll(stop.as_mut(), cx).is_ready() {
+        if !stopping && stop.as_mut().poll(cx).is_ready() {
             stopping = true;
             Pin::new(&mut conn).graceful_shutdown();
+        }
+        let evicted = conn_stamp.evicted(cx);
+        while evicted || check.as_mut().poll(cx).is_ready() {
+            if let Some(why) = opts.verdict(&conn_stamp, evicted, true) {
+                closed = Some(why);
+                return Poll::Ready(Ok(()));
+            }
+            if evicted {
+                // Busy: it closes after the request in flight.
+                stopping = true;
+                Pin::new(&mut conn).graceful_shutdown();
+                break;
+            }
+            check.as_mut().reset(tokio::time::Instant::now() + tick);
         }
         conn.poll_without_shutdown(cx)
     })
     .await;
+    if let Some(why) = closed {
+        // Nothing in flight: closing loses no answer.
+        why.count(opts.server);
+        drop(conn);
+        return Ok(());
+    }
     let mut io = conn.into_parts().io.into_inner();
     if served.is_ok() && !stopping && conn_stamp.wants_linger() {
         linger(io).await;
@@ -266,6 +454,20 @@ where
         let _ = io.shutdown().await;
     }
     Ok(served?)
+}
+
+/// A request's handling, counted in flight on its connection until it is answered.
+struct Tracked<F> {
+    call: F,
+    _busy: super::rxstamp::Busy,
+}
+
+impl<F: std::future::Future + Unpin> std::future::Future for Tracked<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        Pin::new(&mut self.call).poll(cx)
+    }
 }
 
 /// How long a lingering close reads what the client still sends.

@@ -33,3 +33,6 @@ pub const QUOTA_REJECTED: &str = "weir_quota_rejected_total";
 pub const CONFIG_RELOADS: &str = "weir_config_reloads_total";
 /// HTTP/2 connections weir sent GOAWAY for a misbehaving peer, by `reason` (reset_budget).
 pub const H2_GOAWAYS: &str = "weir_receiver_h2_goaways_total";
+/// Connections weir closed on its own, by `server` and `reason` (header_timeout, idle,
+/// keepalive_timeout, evicted).
+pub const CONNECTIONS_CLOSED: &str = "weir_receiver_connections_closed_total";

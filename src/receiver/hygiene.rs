@@ -1,0 +1,124 @@
+//! Connection hygiene: what a connection may cost in time before weir closes it, and
+//! the request body that must arrive in time (see `receiver.*.connections`).
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// A request body did not arrive within `body_read_timeout`.
+#[derive(Debug)]
+pub struct BodyTimeout {
+    status: tonic::Status,
+}
+
+impl BodyTimeout {
+    fn new(limit: Duration) -> Self {
+        BodyTimeout { status: tonic::Status::deadline_exceeded(format!("request body not received within {limit:?} (body_read_timeout)")) }
+    }
+}
+
+impl std::fmt::Display for BodyTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.status.message())
+    }
+}
+
+impl std::error::Error for BodyTimeout {
+    /// The gRPC status, for tonic, which looks for one along the source chain.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.status)
+    }
+}
+
+/// A request body that must be complete by a deadline. The timer is made only when the
+/// body is not there at once (most bodies are, and pay nothing for this).
+pub struct Deadline<B> {
+    inner: B,
+    started: Instant,
+    limit: Duration,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Times the body was not ready. The first is free: an HTTP/2 body's first read on
+    /// its connection's task is always put off (see `h2conn::H2Body`).
+    waits: u8,
+}
+
+impl<B> Deadline<B> {
+    /// `inner`, due `limit` from now.
+    pub fn new(inner: B, limit: Duration) -> Self {
+        Deadline { inner, started: Instant::now(), limit, timer: None, waits: 0 }
+    }
+}
+
+impl<B> Body for Deadline<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(r) => Poll::Ready(r.map(|r| r.map_err(Into::into))),
+            Poll::Pending if this.waits == 0 => {
+                this.waits = 1;
+                Poll::Pending
+            }
+            Poll::Pending => {
+                let (started, limit) = (this.started, this.limit);
+                let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until((started + limit).into())));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimeout::new(limit))))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Why weir closed a connection on its own, for `weir_receiver_connections_closed_total`.
+#[derive(Debug, Clone, Copy)]
+pub enum Closed {
+    /// A request head (or the HTTP/2 preface, or a TLS handshake) took too long.
+    HeaderTimeout,
+    /// Nothing in flight and nothing received for `idle_timeout`.
+    Idle,
+    /// A keepalive PING went unanswered.
+    KeepaliveTimeout,
+    /// The server was at its connection cap and this was the least useful connection.
+    Evicted,
+}
+
+impl Closed {
+    /// Counts it.
+    pub fn count(self, server: &'static str) {
+        let reason = match self {
+            Closed::HeaderTimeout => "header_timeout",
+            Closed::Idle => "idle",
+            Closed::KeepaliveTimeout => "keepalive_timeout",
+            Closed::Evicted => "evicted",
+        };
+        if crate::telemetry::installed() {
+            ::metrics::counter!(crate::telemetry::names::CONNECTIONS_CLOSED, "server" => server, "reason" => reason).increment(1);
+        }
+    }
+}
+
+/// How often a connection checks its timeouts: a quarter of the shortest, within
+/// 50 ms..1 s.
+pub fn tick(timeouts: &[Duration]) -> Duration {
+    let shortest = timeouts.iter().filter(|d| !d.is_zero()).min().copied().unwrap_or(Duration::from_secs(1));
+    (shortest / 4).clamp(Duration::from_millis(50), Duration::from_secs(1))
+}
