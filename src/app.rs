@@ -16,6 +16,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `receiver.max_body_bytes_in_flight`, with 0 resolved: a quarter of the cgroup
+/// memory limit, or 256 MiB where there is none.
+fn body_budget(config: &Config) -> u64 {
+    match config.receiver.max_body_bytes_in_flight {
+        0 => crate::throttle::cgroup::CgroupReader::discover(&config.receiver.throttle.cgroup_root, 0.0)
+            .memory()
+            .and_then(|m| m.limit)
+            .map_or(256 << 20, |limit| limit / 4),
+        n => n,
+    }
+}
+
 /// Why weir could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -78,7 +90,11 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         admission: Arc::clone(&throttle.admission),
         routes: Arc::new(routes),
         queue: Some(Arc::clone(&pipeline)),
+        bodies: Arc::new(crate::receiver::budget::BodyBudget::new(body_budget(&config), config.pipeline.queue.retry_after)),
+        decompression_ratio: config.receiver.max_decompression_ratio,
+        grpc_max_message_bytes: config.receiver.grpc_server.max_recv_msg_size_bytes,
     };
+    tracing::info!(bytes = ctx.bodies.limit(), "request bodies in flight: memory budget");
     let mut receivers = Vec::new();
 
     let mut http_addr = None;
@@ -106,6 +122,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     if g.enabled {
         let specs = middleware::parse_list(&g.middlewares, ServerKind::Grpc).map_err(StartError::Middleware)?;
         let settings = middleware::grpc_settings(&specs, g.max_recv_msg_size_bytes);
+        let ctx = HttpContext { grpc_max_message_bytes: settings.max_message_bytes, ..ctx.clone() };
         let (app, listener) = middleware::apply_grpc(grpc::router(ingest.clone(), settings), &specs, &ctx, auth.clone());
         let tls = g.tls.as_ref().map(|t| server::tls_acceptor("grpc", t, &[b"h2"])).transpose()?;
         let listen = server::Listen {

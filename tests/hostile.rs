@@ -492,3 +492,171 @@ async fn http2_keepalive_closes_dead_peers_and_keeps_live_ones() {
     tokio::time::sleep(Duration::from_millis(2500)).await;
     client.export(weir::otlp::synth::traces_request(4, 2, 8, 2)).await.expect("the connection survived its quiet spell");
 }
+
+/// Peak resident memory of a process so far (VmHWM), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
+
+/// 200 HTTP/2 streams (20 connections of 10), each declaring a 60 MiB body and pushing
+/// up to 3 MiB of it: the body budget (64 MiB here) lets the first in and refuses the
+/// rest before reading their bodies (503 with a retry delay); weir's peak RSS stays far
+/// below what 200 × 3 MiB would take. Before: 770 MiB RSS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_in_flight_have_one_memory_budget() {
+    let yaml = TIGHT
+        .replacen("receiver:\n", "receiver:\n  max_body_bytes_in_flight: 67108864\n", 1)
+        .replace("maxconns;maxConnections=32", "maxconns;maxConnections=256")
+        .replace("body_read_timeout: 1s", "body_read_timeout: 20s");
+    let weir = start_weir_plain(&yaml, 20, None).await;
+    let addr = weir.http.trim_start_matches("http://").to_string();
+    let baseline = peak_rss(weir.child.id());
+    let mut conns = Vec::new();
+    for _ in 0..20 {
+        let addr = addr.clone();
+        conns.push(tokio::spawn(async move {
+            let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let (h2, conn) = h2::client::Builder::new().max_send_buffer_size(4 << 20).handshake::<_, bytes::Bytes>(tcp).await.unwrap();
+            tokio::spawn(conn);
+            let mut streams = Vec::new();
+            for _ in 0..10 {
+                let mut h2 = h2.clone().ready().await.unwrap();
+                let req = axum::http::Request::post(format!("http://{addr}/v1/traces"))
+                    .header("content-type", "application/x-protobuf")
+                    .header("content-length", (60u64 << 20).to_string())
+                    .body(())
+                    .unwrap();
+                let (resp, mut body) = h2.send_request(req, false).unwrap();
+                streams.push(tokio::spawn(async move {
+                    let chunk = bytes::Bytes::from(vec![0x0a; 16 << 10]);
+                    let mut sent = 0usize;
+                    let push = async {
+                        while sent < 3 << 20 {
+                            body.reserve_capacity(chunk.len());
+                            match std::future::poll_fn(|cx| body.poll_capacity(cx)).await {
+                                Some(Ok(n)) if n > 0 => {
+                                    if body.send_data(chunk.slice(..n.min(chunk.len())), false).is_err() {
+                                        break;
+                                    }
+                                    sent += n.min(chunk.len());
+                                }
+                                _ => break,
+                            }
+                        }
+                        std::future::pending::<()>().await
+                    };
+                    let status = tokio::select! {
+                        r = resp => r.map(|r| r.status().as_u16()).unwrap_or(0),
+                        _ = push => 0,
+                        _ = tokio::time::sleep(Duration::from_secs(5)) => 0,
+                    };
+                    (status, sent)
+                }));
+            }
+            let mut out = Vec::new();
+            for s in streams {
+                out.push(s.await.unwrap());
+            }
+            out
+        }));
+    }
+    let mut refused = 0;
+    let mut pushed = 0usize;
+    for c in conns {
+        for (status, sent) in c.await.unwrap() {
+            refused += usize::from(status == 503);
+            pushed += sent;
+        }
+    }
+    let peak = peak_rss(weir.child.id());
+    // A legitimate request still gets through.
+    let (ok, _) = legit_requests(&weir.http, 3).await;
+    eprintln!(
+        "body budget: {refused}/200 refused, {} MiB pushed, peak RSS {} MiB (baseline {} MiB)",
+        pushed >> 20,
+        peak >> 20,
+        baseline >> 20
+    );
+    assert!(refused >= 190, "{refused}/200 streams over the budget refused");
+    assert!(peak < baseline + (150 << 20), "peak RSS {} MiB (baseline {} MiB)", peak >> 20, baseline >> 20);
+    assert_eq!(ok, 3, "a legitimate request during the attack");
+}
+
+/// Compression bombs: a 60 MiB body of zeros in 61 KB of gzip is refused as soon as it
+/// inflates past `max_decompression_ratio` (100x here: 6 MB of work, not 60 MiB), on
+/// OTLP/HTTP (413 naming the ratio) and on OTLP/gRPC (RESOURCE_EXHAUSTED), while a
+/// legitimate client keeps being served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compression_bombs_stop_at_the_ratio() {
+    use std::io::Write as _;
+    let weir = start_weir_plain(&TIGHT.replace("maxconns;maxConnections=32", "maxconns;maxConnections=256"), 20, None).await;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&vec![0u8; 60 << 20]).unwrap();
+    let bomb = bytes::Bytes::from(gz.finish().unwrap());
+    assert!(bomb.len() < 100_000, "{}", bomb.len());
+    let client = reqwest::Client::new();
+    let r = client
+        .post(format!("{}/v1/traces", weir.http))
+        .header("content-type", "application/x-protobuf")
+        .header("content-encoding", "gzip")
+        .body(bomb.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    let text = String::from_utf8_lossy(&r.bytes().await.unwrap()).to_string();
+    assert!(text.contains("max_decompression_ratio"), "{text}");
+
+    // gRPC: one compressed message, the bomb.
+    let mut framed = vec![1u8];
+    framed.extend_from_slice(&(bomb.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&bomb);
+    let h2c = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let r = h2c
+        .post(format!("{}/opentelemetry.proto.collector.trace.v1.TraceService/Export", weir.grpc))
+        .header("content-type", "application/grpc")
+        .header("grpc-encoding", "gzip")
+        .header("te", "trailers")
+        .body(framed)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers().get("grpc-status").map(|v| v.to_str().unwrap().to_string()), Some("8".into()), "{:?}", r.headers());
+    let message = r.headers().get("grpc-message").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+    assert!(message.contains("max_decompression_ratio"), "{message}");
+
+    // A flood of bombs beside a legitimate client.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut flood = Vec::new();
+    for _ in 0..4 {
+        let (client, url, bomb, stop) = (client.clone(), format!("{}/v1/traces", weir.http), bomb.clone(), stop.clone());
+        flood.push(tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = client
+                    .post(&url)
+                    .header("content-type", "application/x-protobuf")
+                    .header("content-encoding", "gzip")
+                    .body(bomb.clone())
+                    .send()
+                    .await;
+                n += usize::from(r.is_ok_and(|r| r.status() == 413));
+            }
+            n
+        }));
+    }
+    let (ok, slowest) = legit_requests(&weir.http, 40).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut bombs = 0;
+    for f in flood {
+        bombs += f.await.unwrap();
+    }
+    eprintln!(
+        "bomb flood: {bombs} bombs refused, legitimate {ok}/40, slowest {slowest:?}, weir peak RSS {} MiB",
+        peak_rss(weir.child.id()) >> 20
+    );
+    assert_eq!(ok, 40, "legitimate requests during the bomb flood");
+    assert!(bombs > 10, "the flood ran ({bombs} bombs refused)");
+}

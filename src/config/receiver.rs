@@ -10,7 +10,7 @@ use std::time::Duration;
 const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
 /// The receiver block.
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ReceiverConfig {
     /// OTLP/HTTP.
@@ -21,6 +21,29 @@ pub struct ReceiverConfig {
     pub auth: AuthConfig,
     /// The adaptive throttle (acts where `throttle` is in a middleware list).
     pub throttle: super::ThrottleConfig,
+    /// Request bodies both servers may hold in memory at once: wire bytes as they
+    /// arrive plus what decompression makes of them. A request that would pass it is
+    /// refused before its body is read (503 / UNAVAILABLE with a retry delay); one
+    /// request alone is always let through (its own limits bound it). 0 = a quarter of
+    /// the cgroup memory limit, or 256 MiB where there is none.
+    pub max_body_bytes_in_flight: u64,
+    /// A compressed body may inflate to at most this many times its wire size (413
+    /// otherwise); bodies that inflate to 1 MiB or less are never refused for it. OTLP
+    /// compresses 3 to 20 times; a zip bomb, 1000 times. 0 = no ratio limit.
+    pub max_decompression_ratio: u32,
+}
+
+impl Default for ReceiverConfig {
+    fn default() -> Self {
+        ReceiverConfig {
+            http_server: HttpServerConfig::default(),
+            grpc_server: GrpcServerConfig::default(),
+            auth: AuthConfig::default(),
+            throttle: super::ThrottleConfig::default(),
+            max_body_bytes_in_flight: 0,
+            max_decompression_ratio: 100,
+        }
+    }
 }
 
 /// The default HTTP/2 stream window: 1 MiB, hyper's default, which lets a typical

@@ -80,6 +80,9 @@ fn body_error(e: Box<dyn std::error::Error + Send + Sync>, limit: usize) -> ApiE
         if let Some(timeout) = err.downcast_ref::<super::hygiene::BodyTimeout>() {
             return ApiError::BodyTimeout(timeout.to_string());
         }
+        if let Some(over) = err.downcast_ref::<super::budget::OverBudget>() {
+            return over.api_error();
+        }
         source = err.source();
     }
     ApiError::BadRequest(format!("cannot read request body: {e}"))

@@ -1,6 +1,7 @@
 //! Receivers: OTLP over HTTP (axum) and gRPC (tonic), sharing one hand-off into the
 //! pipeline ([`Ingest`]) and one error mapping ([`response`]).
 
+pub mod budget;
 pub mod compression;
 pub mod conntrack;
 pub mod decode;

@@ -42,6 +42,14 @@ pub enum ApiError {
     /// Shutting down.
     #[error("weir is shutting down")]
     ShuttingDown,
+    /// Request bodies in flight are at their memory budget.
+    #[error("{message}")]
+    BodyBudget {
+        /// What happened.
+        message: String,
+        /// When to come back.
+        retry_after: Duration,
+    },
     /// The body did not arrive within `body_read_timeout`.
     #[error("{0}")]
     BodyTimeout(String),
@@ -59,7 +67,7 @@ pub enum ApiError {
 }
 
 /// Every value [`ApiError::reason`] gives.
-pub const REASONS: [&str; 11] = [
+pub const REASONS: [&str; 12] = [
     "bad_request",
     "unsupported_media_type",
     "too_large",
@@ -68,6 +76,7 @@ pub const REASONS: [&str; 11] = [
     "not_found",
     "queue_full",
     "shutting_down",
+    "body_budget",
     "body_timeout",
     "throttle_open",
     "throttle_shed",
@@ -85,6 +94,7 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::QueueFull { .. } | ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::BodyBudget { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Throttled { open: true, .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Throttled { open: false, .. } => StatusCode::TOO_MANY_REQUESTS,
         }
@@ -100,13 +110,16 @@ impl ApiError {
             ApiError::QueueFull { .. } | ApiError::ShuttingDown => Code::Unavailable,
             ApiError::Throttled { .. } => Code::ResourceExhausted,
             ApiError::BodyTimeout(_) => Code::DeadlineExceeded,
+            ApiError::BodyBudget { .. } => Code::Unavailable,
         }
     }
 
     /// The retry delay to announce, if the client should come back.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            ApiError::QueueFull { retry_after, .. } | ApiError::Throttled { retry_after, .. } => Some(*retry_after),
+            ApiError::QueueFull { retry_after, .. }
+            | ApiError::Throttled { retry_after, .. }
+            | ApiError::BodyBudget { retry_after, .. } => Some(*retry_after),
             ApiError::ShuttingDown => Some(Duration::from_secs(5)),
             _ => None,
         }
@@ -124,6 +137,7 @@ impl ApiError {
             ApiError::QueueFull { .. } => "queue_full",
             ApiError::ShuttingDown => "shutting_down",
             ApiError::BodyTimeout(_) => "body_timeout",
+            ApiError::BodyBudget { .. } => "body_budget",
             ApiError::Throttled { open: true, .. } => "throttle_open",
             ApiError::Throttled { open: false, .. } => "throttle_shed",
         }
@@ -148,7 +162,9 @@ impl ApiError {
             | ApiError::PayloadTooLarge(m)
             | ApiError::Unauthenticated(m)
             | ApiError::BodyTimeout(m) => m.as_str().into(),
-            ApiError::QueueFull { message, .. } | ApiError::Throttled { message, .. } => message.as_str().into(),
+            ApiError::QueueFull { message, .. } | ApiError::Throttled { message, .. } | ApiError::BodyBudget { message, .. } => {
+                message.as_str().into()
+            }
             other => other.to_string().into(),
         }
     }
@@ -317,6 +333,7 @@ mod tests {
             ApiError::NotFound(s()),
             ApiError::QueueFull { message: s(), retry_after: d },
             ApiError::ShuttingDown,
+            ApiError::BodyBudget { message: s(), retry_after: d },
             ApiError::BodyTimeout(s()),
             ApiError::Throttled { message: s(), retry_after: d, open: true },
             ApiError::Throttled { message: s(), retry_after: d, open: false },

@@ -1,8 +1,20 @@
 //! `content_decompressor`: reads a compressed body (within the wire limit), decompresses
 //! it within the decompressed limit, and hands on the plain bytes. Bodies without a
-//! Content-Encoding pass through untouched.
+//! Content-Encoding pass through untouched. On the gRPC server the same is done to each
+//! compressed message (`grpc-encoding` gzip or zstd), so both servers inflate under the
+//! same bounds:
+//!
+//! - the body limit (`max_request_body_bytes` / `max_recv_msg_size_bytes`);
+//! - `receiver.max_decompression_ratio` times the wire size (past 1 MiB of output);
+//! - the room left in the body budget (`receiver.max_body_bytes_in_flight`), which the
+//!   inflated bytes are charged to while the request lives.
+//!
+//! A body of more than [`BLOCKING_FROM`] wire bytes is inflated on the blocking pool:
+//! inflating 64 MiB takes a core for a fifth of a second, and on a runtime worker that
+//! stalls every connection that worker serves.
 
 use super::{reject, ServerKind};
+use crate::receiver::budget::Charge;
 use crate::receiver::compression::{decompress, DecompressError, Encoding};
 use crate::receiver::http::read_body;
 use crate::receiver::response::ApiError;
@@ -10,9 +22,64 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, Request, Response};
 use axum::middleware::Next;
+use bytes::{BufMut, Bytes, BytesMut};
+use std::sync::Arc;
 use std::time::Instant;
 
-pub(super) async fn content_decompressor(State(limit): State<usize>, req: Request<Body>, next: Next) -> Response<Body> {
+/// Wire bodies from this size on are inflated off the runtime's workers.
+pub const BLOCKING_FROM: usize = 64 * 1024;
+
+/// Output never refused for its ratio (a tiny body of zeros compresses a lot, too).
+const RATIO_FREE_BYTES: usize = 1 << 20;
+
+/// The decompressor's bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// The largest body (wire and inflated).
+    pub limit: usize,
+    /// `max_decompression_ratio` (0 = none).
+    pub ratio: u32,
+}
+
+/// Inflates `wire` within `bounds` and the room `charge` has, charging the result.
+async fn inflate(encoding: Encoding, wire: Bytes, bounds: Bounds, charge: Option<&Arc<Charge>>) -> Result<Vec<u8>, ApiError> {
+    metrics::counter!(crate::telemetry::names::DECOMPRESSED_BYTES, "encoding" => encoding.as_str()).increment(wire.len() as u64);
+    let by_ratio = if bounds.ratio == 0 { usize::MAX } else { wire.len().saturating_mul(bounds.ratio as usize).max(RATIO_FREE_BYTES) };
+    let room = charge.map_or(u64::MAX, |c| c.room()).min(usize::MAX as u64) as usize;
+    let limit = bounds.limit.min(by_ratio).min(room);
+    let wire_len = wire.len();
+    let result = if wire_len >= BLOCKING_FROM {
+        tokio::task::spawn_blocking(move || decompress(encoding, &wire, limit)).await.unwrap_or_else(|e| {
+            Err(DecompressError::Corrupt { encoding: encoding.as_str(), message: format!("decompression failed: {e}") })
+        })
+    } else {
+        decompress(encoding, &wire, limit)
+    };
+    match result {
+        Ok(plain) => {
+            if let Some(c) = charge {
+                // It was bounded by the room; another request may have taken some since,
+                // but the bytes exist either way and are counted. The wire bytes are done
+                // with.
+                c.force(plain.len() as u64);
+                c.give_back(wire_len as u64);
+            }
+            Ok(plain)
+        }
+        Err(DecompressError::TooLarge { .. }) if limit == room && room < bounds.limit.min(by_ratio) => {
+            Err(charge.map_or_else(|| ApiError::PayloadTooLarge("over the body budget".into()), |c| c.refusal()))
+        }
+        Err(DecompressError::TooLarge { .. }) if limit == by_ratio && by_ratio < bounds.limit => Err(ApiError::PayloadTooLarge(format!(
+            "{} body of {wire_len} bytes inflates past {} times its size (receiver.max_decompression_ratio)",
+            encoding.as_str(),
+            bounds.ratio
+        ))),
+        Err(e @ DecompressError::TooLarge { .. }) => Err(ApiError::PayloadTooLarge(e.to_string())),
+        Err(e @ DecompressError::Corrupt { .. }) => Err(ApiError::BadRequest(e.to_string())),
+    }
+}
+
+pub(super) async fn content_decompressor(State(bounds): State<Bounds>, req: Request<Body>, next: Next) -> Response<Body> {
     let started = Instant::now();
     let Some(value) = req.headers().get(header::CONTENT_ENCODING) else {
         return next.run(req).await;
@@ -29,23 +96,64 @@ pub(super) async fn content_decompressor(State(limit): State<usize>, req: Reques
         }
     };
     let (mut parts, body) = req.into_parts();
-    let wire = match read_body(body, limit).await {
+    let wire = match read_body(body, bounds.limit).await {
         Ok(b) => b,
         Err(err) => return reject(ServerKind::Http, &Request::from_parts(parts, Body::empty()), err, started),
     };
-    metrics::counter!(crate::telemetry::names::DECOMPRESSED_BYTES, "encoding" => encoding.as_str()).increment(wire.len() as u64);
-    match decompress(encoding, &wire, limit) {
+    let charge = parts.extensions.get::<Arc<Charge>>().cloned();
+    match inflate(encoding, wire, bounds, charge.as_ref()).await {
         Ok(plain) => {
             parts.headers.remove(header::CONTENT_ENCODING);
             parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(plain.len()));
             next.run(Request::from_parts(parts, Body::from(plain))).await
         }
-        Err(e) => {
-            let err = match e {
-                DecompressError::TooLarge { .. } => ApiError::PayloadTooLarge(e.to_string()),
-                DecompressError::Corrupt { .. } => ApiError::BadRequest(e.to_string()),
-            };
-            reject(ServerKind::Http, &Request::from_parts(parts, Body::empty()), err, started)
-        }
+        Err(err) => reject(ServerKind::Http, &Request::from_parts(parts, Body::empty()), err, started),
     }
+}
+
+/// The gRPC side: compressed messages (`grpc-encoding` gzip or zstd) are inflated here
+/// and handed on uncompressed. Other encodings go on to tonic, which answers
+/// UNIMPLEMENTED with the encodings it accepts.
+pub(super) async fn grpc_inflate(State(bounds): State<Bounds>, req: Request<Body>, next: Next) -> Response<Body> {
+    let started = Instant::now();
+    let encoding = match req.headers().get("grpc-encoding").and_then(|v| v.to_str().ok()) {
+        Some("gzip") => Encoding::Gzip,
+        Some("zstd") => Encoding::Zstd,
+        _ => return next.run(req).await,
+    };
+    let (mut parts, body) = req.into_parts();
+    // Room for the framing of a few messages beyond the message limit.
+    let wire = match read_body(body, bounds.limit.saturating_add(64)).await {
+        Ok(b) => b,
+        Err(err) => return reject(ServerKind::Grpc, &Request::from_parts(parts, Body::empty()), err, started),
+    };
+    let charge = parts.extensions.get::<Arc<Charge>>().cloned();
+    let mut out = BytesMut::new();
+    let mut at = 0;
+    while at < wire.len() {
+        let Some(head) = wire.get(at..at + 5) else {
+            let err = ApiError::BadRequest("truncated gRPC message header".into());
+            return reject(ServerKind::Grpc, &Request::from_parts(parts, Body::empty()), err, started);
+        };
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        let Some(message) = wire.get(at + 5..at + 5 + len) else {
+            let err = ApiError::BadRequest(format!("gRPC message of {len} bytes truncated"));
+            return reject(ServerKind::Grpc, &Request::from_parts(parts, Body::empty()), err, started);
+        };
+        let plain = if head[0] == 1 {
+            match inflate(encoding, wire.slice(at + 5..at + 5 + len), bounds, charge.as_ref()).await {
+                Ok(p) => Bytes::from(p),
+                Err(err) => return reject(ServerKind::Grpc, &Request::from_parts(parts, Body::empty()), err, started),
+            }
+        } else {
+            Bytes::copy_from_slice(message)
+        };
+        out.reserve(5 + plain.len());
+        out.put_u8(0);
+        out.put_u32(plain.len() as u32);
+        out.put_slice(&plain);
+        at += 5 + len;
+    }
+    parts.headers.remove("grpc-encoding");
+    next.run(Request::from_parts(parts, Body::from(out.freeze()))).await
 }

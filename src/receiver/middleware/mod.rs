@@ -187,6 +187,12 @@ pub struct HttpContext {
     pub routes: Arc<RouteRegistry>,
     /// The pipeline, whose byte budget the throttle checks before a body is read.
     pub queue: Option<Arc<crate::pipeline::Pipeline>>,
+    /// The memory budget for request bodies in flight, shared by both servers.
+    pub bodies: Arc<crate::receiver::budget::BodyBudget>,
+    /// `receiver.max_decompression_ratio`.
+    pub decompression_ratio: u32,
+    /// The gRPC server's message limit (with `maxbytes` applied).
+    pub grpc_max_message_bytes: usize,
 }
 
 /// Applies the list to an HTTP router; returns it and the listener settings.
@@ -201,9 +207,10 @@ pub fn apply_http(
         router = match spec {
             MiddlewareSpec::Logging => router.layer(from_fn_with_state(ServerKind::Http, logging::logging)),
             MiddlewareSpec::Cors { allowed_origins } => router.layer(from_fn_with_state(cors::CorsState::new(allowed_origins), cors::cors)),
-            MiddlewareSpec::ContentDecompressor => {
-                router.layer(from_fn_with_state(ctx.max_request_body_bytes, decompress::content_decompressor))
-            }
+            MiddlewareSpec::ContentDecompressor => router.layer(from_fn_with_state(
+                decompress::Bounds { limit: ctx.max_request_body_bytes, ratio: ctx.decompression_ratio },
+                decompress::content_decompressor,
+            )),
             MiddlewareSpec::MaxBytes { max_request_bytes } => {
                 router.layer(from_fn_with_state((ServerKind::Http, *max_request_bytes), maxbytes::maxbytes))
             }
@@ -217,6 +224,7 @@ pub fn apply_http(
             ),
         };
     }
+    router = router.layer(from_fn_with_state((ServerKind::Http, Arc::clone(&ctx.bodies)), crate::receiver::budget::charge_bodies));
     if let Some(auth) = auth {
         router = router.layer(auth::AuthLayer::new(ServerKind::Http, auth));
     }
@@ -267,10 +275,17 @@ pub fn apply_grpc(
                 ThrottleLayer::new(Arc::clone(&ctx.throttle), Arc::clone(&ctx.admission), Arc::clone(&ctx.routes), ServerKind::Grpc)
                     .with_queue(ctx.queue.clone()),
             ),
+            // gzip and zstd messages are inflated here, under the same bounds as on the
+            // HTTP server (tonic's own inflating knows no ratio and no budget).
+            MiddlewareSpec::ContentDecompressor => router.layer(from_fn_with_state(
+                decompress::Bounds { limit: ctx.grpc_max_message_bytes, ratio: ctx.decompression_ratio },
+                decompress::grpc_inflate,
+            )),
             // Applied by tonic per service (see grpc_settings); cors is refused at parse.
-            MiddlewareSpec::ContentDecompressor | MiddlewareSpec::MaxBytes { .. } | MiddlewareSpec::Cors { .. } => router,
+            MiddlewareSpec::MaxBytes { .. } | MiddlewareSpec::Cors { .. } => router,
         };
     }
+    router = router.layer(from_fn_with_state((ServerKind::Grpc, Arc::clone(&ctx.bodies)), crate::receiver::budget::charge_bodies));
     if let Some(auth) = auth {
         router = router.layer(auth::AuthLayer::new(ServerKind::Grpc, auth));
     }
@@ -288,7 +303,7 @@ pub(crate) fn reject_counted(kind: ServerKind, req: &Request<Body>, err: ApiErro
 }
 
 /// Answers a request from a middleware, counting it as rejected.
-pub(crate) fn reject(kind: ServerKind, req: &Request<Body>, err: ApiError, started: std::time::Instant) -> Response<Body> {
+pub fn reject(kind: ServerKind, req: &Request<Body>, err: ApiError, started: std::time::Instant) -> Response<Body> {
     let signal = Signal::classify(req.uri().path()).map_or("unknown", Signal::as_str);
     let tenant = req.extensions().get::<Tenant>();
     crate::receiver::count_rejection(kind.protocol(), signal, err.reason(), tenant, started.elapsed());

@@ -1,0 +1,261 @@
+//! One memory budget for request bodies in flight, over both servers.
+//!
+//! Every request holds a [`Charge`] against the [`BodyBudget`]: the length it declares,
+//! taken before a byte of the body is read, or (without a declared length) each chunk as
+//! it arrives, plus what decompression makes of the body. A request that does not fit
+//! is refused before its body is read (503 / UNAVAILABLE, with a retry delay), so an
+//! HTTP/2 connection that is refused gets its window closed as for any refusal; one
+//! that runs out mid-body fails the same way. The charge is given back when the request
+//! is answered. One request alone always fits (its own body limits bound it), so a
+//! budget smaller than the largest body never locks that body out.
+
+use super::middleware::{reject, ServerKind};
+use super::response::ApiError;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{Request, Response};
+use axum::middleware::Next;
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// Body bytes in memory, over both servers.
+pub const IN_FLIGHT: &str = "weir_receiver_body_bytes_in_flight";
+
+/// The budget.
+#[derive(Debug)]
+pub struct BodyBudget {
+    limit: u64,
+    used: AtomicU64,
+    /// The retry delay announced when it is full.
+    retry_after: Duration,
+}
+
+impl BodyBudget {
+    /// A budget of `limit` bytes; refusals announce `retry_after`.
+    pub fn new(limit: u64, retry_after: Duration) -> Self {
+        BodyBudget { limit, used: AtomicU64::new(0), retry_after }
+    }
+
+    /// The limit.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Bytes charged now.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Takes `n` bytes for a request that already holds `own`: fits under the limit, or
+    /// the request is alone.
+    fn take(&self, n: u64, own: u64) -> bool {
+        let mut cur = self.used.load(Ordering::Relaxed);
+        loop {
+            if cur.saturating_add(n) > self.limit && cur > own {
+                return false;
+            }
+            match self.used.compare_exchange_weak(cur, cur + n, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => {
+                    gauge(cur + n);
+                    return true;
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    fn give_back(&self, n: u64) {
+        let before = self.used.fetch_sub(n, Ordering::AcqRel);
+        gauge(before - n);
+    }
+
+    /// The refusal when it is full.
+    fn refusal(&self) -> ApiError {
+        ApiError::BodyBudget {
+            message: format!("request bodies in flight are at weir's memory budget ({} bytes); retry later", self.limit),
+            retry_after: self.retry_after,
+        }
+    }
+}
+
+fn gauge(used: u64) {
+    if crate::telemetry::installed() {
+        ::metrics::gauge!(IN_FLIGHT).set(used as f64);
+    }
+}
+
+/// One request's share of the budget, in its extensions; given back when the request
+/// and its body are gone.
+#[derive(Debug)]
+pub struct Charge {
+    budget: Arc<BodyBudget>,
+    held: AtomicU64,
+}
+
+impl Charge {
+    fn new(budget: Arc<BodyBudget>) -> Self {
+        Charge { budget, held: AtomicU64::new(0) }
+    }
+
+    /// Takes `n` more bytes; false (nothing taken) when they do not fit.
+    pub fn take(&self, n: u64) -> bool {
+        let own = self.held.load(Ordering::Relaxed);
+        if self.budget.take(n, own) {
+            self.held.fetch_add(n, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Takes `n` more bytes whether or not they fit (they are in memory already).
+    pub fn force(&self, n: u64) {
+        let before = self.budget.used.fetch_add(n, Ordering::AcqRel);
+        gauge(before + n);
+        self.held.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// How many more bytes this request may take now (`u64::MAX` while it is alone).
+    pub fn room(&self) -> u64 {
+        let used = self.budget.used();
+        if used <= self.held.load(Ordering::Relaxed) {
+            return u64::MAX;
+        }
+        self.budget.limit.saturating_sub(used)
+    }
+
+    /// Gives back `n` bytes taken before (the wire bytes once decompressed).
+    pub fn give_back(&self, n: u64) {
+        let n = n.min(self.held.load(Ordering::Relaxed));
+        self.held.fetch_sub(n, Ordering::Relaxed);
+        self.budget.give_back(n);
+    }
+
+    /// The refusal when it is full.
+    pub fn refusal(&self) -> ApiError {
+        self.budget.refusal()
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        let n = *self.held.get_mut();
+        if n > 0 {
+            self.budget.give_back(n);
+        }
+    }
+}
+
+/// A body ran past the budget while arriving.
+#[derive(Debug)]
+pub struct OverBudget {
+    status: tonic::Status,
+    retry_after: Duration,
+}
+
+impl OverBudget {
+    /// The answer to give.
+    pub fn api_error(&self) -> ApiError {
+        ApiError::BodyBudget { message: self.status.message().to_string(), retry_after: self.retry_after }
+    }
+}
+
+impl std::fmt::Display for OverBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.status.message())
+    }
+}
+
+impl std::error::Error for OverBudget {
+    /// The gRPC status, for tonic, which looks for one along the source chain.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.status)
+    }
+}
+
+/// A body without a declared length, charged chunk by chunk.
+struct Charged {
+    inner: Body,
+    charge: Arc<Charge>,
+}
+
+impl http_body::Body for Charged {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        let frame = std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        if let Some(Ok(f)) = &frame {
+            if let Some(data) = f.data_ref() {
+                if !this.charge.take(data.len() as u64) {
+                    let retry_after = this.charge.budget.retry_after;
+                    let status = tonic::Status::unavailable(this.charge.refusal().to_string());
+                    return Poll::Ready(Some(Err(axum::Error::new(OverBudget { status, retry_after }))));
+                }
+            }
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The layer every server runs inside auth: charges each request's body to the budget,
+/// refusing up front what declares more than fits.
+pub(crate) async fn charge_bodies(
+    State((kind, budget)): State<(ServerKind, Arc<BodyBudget>)>,
+    req: Request<Body>,
+    next: Next,
+) -> Response<Body> {
+    let charge = Arc::new(Charge::new(budget));
+    let declared = super::middleware::declared_len(&req);
+    if let Some(n) = declared {
+        if !charge.take(n) {
+            let err = charge.refusal();
+            return reject(kind, &req, err, Instant::now());
+        }
+    }
+    let (mut parts, body) = req.into_parts();
+    parts.extensions.insert(Arc::clone(&charge));
+    // A declared length is charged already, and the servers hold the body to it.
+    let body = if declared.is_some() { body } else { Body::new(Charged { inner: body, charge }) };
+    next.run(Request::from_parts(parts, body)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn charges_fit_or_are_refused_and_one_request_alone_always_fits() {
+        let budget = Arc::new(BodyBudget::new(100, Duration::from_secs(1)));
+        let a = Charge::new(Arc::clone(&budget));
+        assert!(a.take(500), "alone: over the limit, still let through");
+        let b = Charge::new(Arc::clone(&budget));
+        assert!(!b.take(1), "the budget is spent by a");
+        assert!(a.take(10), "a is still alone");
+        drop(a);
+        assert_eq!(budget.used(), 0, "given back");
+        assert!(b.take(60));
+        let c = Charge::new(Arc::clone(&budget));
+        assert!(c.take(40));
+        assert!(!c.take(1));
+        assert_eq!(c.room(), 0);
+        c.give_back(40);
+        assert_eq!(c.room(), 40);
+        drop(b);
+        assert_eq!(c.room(), u64::MAX, "alone again");
+    }
+}
