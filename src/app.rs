@@ -131,6 +131,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
             h2_stream_window: g.http2_stream_window_bytes,
             tracker: Some(Arc::clone(&throttle.conns)),
             connections: g.connections,
+            http1: false,
             ..server::Listen::new("grpc", &g.endpoint)
         };
         let handle = server::serve(listen, app).await?;

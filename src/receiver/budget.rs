@@ -1,8 +1,10 @@
 //! One memory budget for request bodies in flight, over both servers.
 //!
-//! Every request holds a [`Charge`] against the [`BodyBudget`]: the length it declares,
-//! taken before a byte of the body is read, or (without a declared length) each chunk as
-//! it arrives, plus what decompression makes of the body. A request that does not fit
+//! Every request that reads its body holds a [`Charge`] against the [`BodyBudget`]: the
+//! length it declares, taken before a byte of the body is read, or (without a declared
+//! length) each chunk as it arrives, plus what decompression makes of the body. A
+//! request refused before it reads its body (the throttle, a quota, a held refusal)
+//! takes nothing. A request that does not fit
 //! is refused before its body is read (503 / UNAVAILABLE, with a retry delay), so an
 //! HTTP/2 connection that is refused gets its window closed as for any refusal; one
 //! that runs out mid-body fails the same way. The charge is given back when the request
@@ -178,10 +180,24 @@ impl std::error::Error for OverBudget {
     }
 }
 
-/// A body without a declared length, charged chunk by chunk.
+/// A request body, charged when it is first read: the declared length at once, the rest
+/// chunk by chunk. A request refused before its body is read (the throttle, a quota, a
+/// held refusal) never takes any of the budget.
 struct Charged {
     inner: Body,
     charge: Arc<Charge>,
+    /// The declared length, still to be charged before the first read.
+    declared: Option<u64>,
+    /// Bytes the charge covers that have not arrived yet.
+    prepaid: u64,
+}
+
+impl Charged {
+    fn over(&self) -> axum::Error {
+        let retry_after = self.charge.budget.retry_after;
+        let status = tonic::Status::unavailable(self.charge.refusal().to_string());
+        axum::Error::new(OverBudget { status, retry_after })
+    }
 }
 
 impl http_body::Body for Charged {
@@ -190,13 +206,20 @@ impl http_body::Body for Charged {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let this = &mut *self;
+        if let Some(n) = this.declared.take() {
+            if !this.charge.take(n) {
+                return Poll::Ready(Some(Err(this.over())));
+            }
+            this.prepaid = n;
+        }
         let frame = std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx));
         if let Some(Ok(f)) = &frame {
             if let Some(data) = f.data_ref() {
-                if !this.charge.take(data.len() as u64) {
-                    let retry_after = this.charge.budget.retry_after;
-                    let status = tonic::Status::unavailable(this.charge.refusal().to_string());
-                    return Poll::Ready(Some(Err(axum::Error::new(OverBudget { status, retry_after }))));
+                let n = data.len() as u64;
+                let covered = n.min(this.prepaid);
+                this.prepaid -= covered;
+                if n > covered && !this.charge.take(n - covered) {
+                    return Poll::Ready(Some(Err(this.over())));
                 }
             }
         }
@@ -219,18 +242,19 @@ pub(crate) async fn charge_bodies(
     req: Request<Body>,
     next: Next,
 ) -> Response<Body> {
-    let charge = Arc::new(Charge::new(budget));
     let declared = super::middleware::declared_len(&req);
+    // Over already with what it declares: refused here, before anything else looks at it.
     if let Some(n) = declared {
-        if !charge.take(n) {
-            let err = charge.refusal();
+        let used = budget.used();
+        if used > 0 && used.saturating_add(n) > budget.limit {
+            let err = budget.refusal();
             return reject(kind, &req, err, Instant::now());
         }
     }
+    let charge = Arc::new(Charge::new(budget));
     let (mut parts, body) = req.into_parts();
     parts.extensions.insert(Arc::clone(&charge));
-    // A declared length is charged already, and the servers hold the body to it.
-    let body = if declared.is_some() { body } else { Body::new(Charged { inner: body, charge }) };
+    let body = Body::new(Charged { inner: body, charge, declared, prepaid: 0 });
     next.run(Request::from_parts(parts, body)).await
 }
 

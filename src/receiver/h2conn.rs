@@ -280,10 +280,33 @@ impl WindowState {
     }
 }
 
+/// Where a stream whose body was dropped unread waits for the answer (see [`linger`]),
+/// in the request's extensions.
+#[derive(Clone, Default)]
+pub struct UnreadSlot(Arc<SlotInner>);
+
+#[derive(Default)]
+struct SlotInner {
+    recv: std::sync::Mutex<Option<RecvStream>>,
+    /// A refusal: the body is dropped at once, never received.
+    discard: AtomicBool,
+}
+
+/// Marks a request as refused: if it came over HTTP/2, its body is dropped with the
+/// stream as soon as it is dropped, never lingered over (a held refusal would otherwise
+/// keep its stream's window, and with it the connection's, filled for the hold).
+pub fn discard_unread(extensions: &http::Extensions) {
+    if let Some(slot) = extensions.get::<UnreadSlot>() {
+        slot.0.discard.store(true, Ordering::Release);
+    }
+}
+
 /// A request body read from an h2 stream: hands flow-control capacity back as it is
 /// read, and tells the connection whether the body was wanted.
 pub struct H2Body {
-    recv: RecvStream,
+    recv: Option<RecvStream>,
+    /// Where the stream goes when the body is dropped unread (see [`linger`]).
+    slot: UnreadSlot,
     window: Arc<WindowState>,
     /// Counted as a reader.
     reading: bool,
@@ -292,9 +315,9 @@ pub struct H2Body {
 }
 
 impl H2Body {
-    fn new(recv: RecvStream, window: Arc<WindowState>) -> Self {
+    fn new(recv: RecvStream, window: Arc<WindowState>, slot: UnreadSlot) -> Self {
         let done = recv.is_end_stream();
-        H2Body { recv, window, reading: false, done }
+        H2Body { recv: Some(recv), slot, window, reading: false, done }
     }
 }
 
@@ -304,6 +327,11 @@ impl Drop for H2Body {
             self.window.reader_done();
         } else if !self.done {
             self.window.refused();
+        }
+        if !self.done && !self.slot.0.discard.load(Ordering::Acquire) {
+            if let Some(recv) = self.recv.take() {
+                *self.slot.0.recv.lock().unwrap_or_else(|e| e.into_inner()) = Some(recv);
+            }
         }
     }
 }
@@ -327,17 +355,18 @@ impl Body for H2Body {
             this.reading = true;
             this.window.reader_started();
         }
-        match this.recv.poll_data(cx) {
+        let Some(recv) = this.recv.as_mut() else { return Poll::Ready(None) };
+        match recv.poll_data(cx) {
             Poll::Ready(Some(Ok(data))) => {
                 // The bytes are ours now: the peer may send as many again.
-                let _ = this.recv.flow_control().release_capacity(data.len());
+                let _ = recv.flow_control().release_capacity(data.len());
                 return Poll::Ready(Some(Ok(Frame::data(data))));
             }
             Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
             Poll::Ready(None) => {}
             Poll::Pending => return Poll::Pending,
         }
-        match this.recv.poll_trailers(cx) {
+        match recv.poll_trailers(cx) {
             Poll::Ready(Ok(trailers)) => {
                 this.done = true;
                 Poll::Ready(trailers.map(|t| Ok(Frame::trailers(t))))
@@ -348,7 +377,7 @@ impl Body for H2Body {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done || self.recv.is_end_stream()
+        self.done || self.recv.as_ref().is_none_or(RecvStream::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -508,10 +537,12 @@ fn start_stream(
     window: &Arc<WindowState>,
     body_timeout: std::time::Duration,
 ) {
-    let mut request = request.map(|recv| super::hygiene::Deadline::new(H2Body::new(recv, Arc::clone(window)), body_timeout));
+    let slot = UnreadSlot::default();
+    let mut request = request.map(|recv| super::hygiene::Deadline::new(H2Body::new(recv, Arc::clone(window), slot.clone()), body_timeout));
     request.extensions_mut().insert(stamp.clone());
+    request.extensions_mut().insert(slot.clone());
     let busy = stamp.busy();
-    let mut task = Box::pin(stream(app.clone(), request, respond, Arc::clone(window), busy));
+    let mut task = Box::pin(stream(app.clone(), request, respond, Arc::clone(window), busy, slot));
     ON_CONNECTION_TASK.set(true);
     // A panic in one stream must not end the connection's other streams (as it would not
     // have with a task of its own): the stream is dropped, which resets it.
@@ -533,6 +564,7 @@ async fn stream(
     mut respond: SendResponse<Bytes>,
     window: Arc<WindowState>,
     _busy: super::rxstamp::Busy,
+    unread: UnreadSlot,
 ) {
     let call = tower::ServiceExt::oneshot(app, request);
     let mut call = pin!(call);
@@ -555,12 +587,54 @@ async fn stream(
     let Ok(response) = answered;
     let (mut head, body) = response.into_parts();
     tidy_headers(&mut head.headers, &body);
+    // Answered without reading the body, and not a refusal: take in the rest of it
+    // first (see `linger`).
+    let unread = unread.0.recv.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let _kept = match unread {
+        Some(recv) if !is_refusal(&head) => Some(linger(recv).await),
+        _ => None,
+    };
     let end = body.is_end_stream();
     let Ok(mut send) = respond.send_response(Response::from_parts(head, ()), end) else { return };
     if !end {
         send_body(body, &mut send).await;
     }
 }
+
+/// A refusal with a retry delay (429, 503, gRPC RESOURCE_EXHAUSTED or UNAVAILABLE): its
+/// body is never read, not even after the answer.
+fn is_refusal(head: &http::response::Parts) -> bool {
+    matches!(head.status.as_u16(), 429 | 503) || head.headers.get("grpc-status").is_some_and(|v| v == "8" || v == "14")
+}
+
+/// What is left of a body weir answered without reading (a wrong path, method or
+/// content type; not a refusal) is received before the answer goes out, for at most
+/// [`LINGER_TIME`] and [`LINGER_BYTES`], and thrown away, as HTTP/1.1 reads a small
+/// body away before answering. The stream stays open meanwhile, so h2 still checks
+/// what arrives on it: a content-length that disagrees with the DATA frames, trailers
+/// without END_STREAM, a window pushed past 2^31-1 are answered with RST_STREAM
+/// (RFC 9113 8.1.1, 6.9.1) instead of meeting a stream already closed. The stream is
+/// handed back, to be dropped with the answer.
+async fn linger(mut recv: RecvStream) -> RecvStream {
+    let _ = tokio::time::timeout(LINGER_TIME, async {
+        let mut left = LINGER_BYTES;
+        while let Some(Ok(data)) = poll_fn(|cx| recv.poll_data(cx)).await {
+            let _ = recv.flow_control().release_capacity(data.len());
+            left = left.saturating_sub(data.len());
+            if left == 0 {
+                return;
+            }
+        }
+        let _ = poll_fn(|cx| recv.poll_trailers(cx)).await;
+    })
+    .await;
+    recv
+}
+
+/// How long an unread body is checked after the answer (see [`linger`]).
+const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(1);
+/// How much of it is received at most.
+const LINGER_BYTES: usize = 64 * 1024;
 
 /// What hyper does to a response head on its way out: a `date`, a `content-length` when
 /// the body's size is known, and no connection-specific fields (HTTP/2 forbids them, RFC

@@ -116,6 +116,8 @@ pub struct Listen<'a> {
     pub tracker: Option<Arc<super::conntrack::ConnRegistry>>,
     /// Timeouts, keepalive and the listen backlog.
     pub connections: ConnectionConfig,
+    /// Whether HTTP/1.1 is served beside HTTP/2 (the gRPC port speaks HTTP/2 only).
+    pub http1: bool,
 }
 
 impl<'a> Listen<'a> {
@@ -129,6 +131,7 @@ impl<'a> Listen<'a> {
             h2_stream_window: crate::config::DEFAULT_H2_STREAM_WINDOW,
             tracker: None,
             connections: ConnectionConfig::default(),
+            http1: true,
         }
     }
 }
@@ -184,7 +187,7 @@ impl Open {
 
 /// Binds `listen.endpoint` and serves `app` until shut down.
 pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, ServerError> {
-    let Listen { name, endpoint, tls, max_conns, h2_stream_window, tracker, connections } = listen;
+    let Listen { name, endpoint, tls, max_conns, h2_stream_window, tracker, connections, http1 } = listen;
     let listener = bind(endpoint, connections.listen_backlog).await.map_err(|source| ServerError::Bind {
         name,
         endpoint: endpoint.to_string(),
@@ -250,7 +253,7 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
             let stop = stopped.clone();
             let open = open_tx.clone();
             let open_conns = Arc::clone(&open_conns);
-            let opts = ConnOpts { server: name, opened, limits: connections };
+            let opts = ConnOpts { server: name, opened, limits: connections, http1 };
             let settings = H2Settings { stream_window: h2_stream_window, opts };
             tokio::spawn(async move {
                 let _open = open;
@@ -311,12 +314,14 @@ pub struct ConnOpts {
     pub opened: u64,
     /// Its timeouts.
     pub limits: ConnectionConfig,
+    /// Whether HTTP/1.1 is served beside HTTP/2.
+    pub http1: bool,
 }
 
 impl ConnOpts {
     /// Options for a connection opened now, with the default limits.
     pub fn now(server: &'static str) -> Self {
-        ConnOpts { server, opened: mono_ms(), limits: ConnectionConfig::default() }
+        ConnOpts { server, opened: mono_ms(), limits: ConnectionConfig::default(), http1: true }
     }
 
     /// Why the connection must close now, if it must; `evicted` says the server asked.
@@ -402,6 +407,16 @@ where
             return Ok(());
         }
     };
+    if !h2 && !opts.http1 {
+        // Not the HTTP/2 preface on a port that speaks nothing else (RFC 9113 3.4): a
+        // connection error, PROTOCOL_ERROR, and the reason in the GOAWAY's debug data.
+        const WHY: &[u8] = b"this port speaks HTTP/2 only (OTLP/gRPC)";
+        let mut goaway = vec![0, 0, 8 + WHY.len() as u8, 0x7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        goaway.extend_from_slice(WHY);
+        let _ = tokio::time::timeout(Duration::from_secs(1), io.write_all(&goaway)).await;
+        let _ = io.shutdown().await;
+        return Ok(());
+    }
     let io = Rewind { seen, len, pos: 0, inner: io };
     if h2 {
         return Ok(h2conn::serve(io, app, stamp, settings, stop_signal(stop)).await?);

@@ -171,6 +171,7 @@ impl ThrottleLayer {
         // and was OOM-killed in 300 MiB). Not the exit line: 512 held clients alone take
         // a 300 MiB container past the bench's 0.60, and answering them at once brought
         // the spinning back (HTTP/1.1 burst 100% -> 79% of A).
+        crate::receiver::h2conn::discard_unread(req.extensions());
         let hold = if self.manager.memory_above_enter() { None } else { self.admission.hold() };
         let announced = retry_after.saturating_sub(hold.as_ref().map_or(std::time::Duration::ZERO, |(d, _)| *d));
         let resp = crate::receiver::middleware::reject_counted(self.kind, &req, err(announced));

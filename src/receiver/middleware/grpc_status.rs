@@ -18,3 +18,25 @@ pub(super) async fn oversize_as_resource_exhausted(req: Request<Body>, next: Nex
     }
     resp
 }
+
+/// A request to the gRPC server that is not gRPC (its content-type does not start with
+/// `application/grpc`) gets HTTP 415 with a line of text, as the gRPC protocol asks,
+/// instead of a gRPC status its sender cannot read.
+pub(super) async fn grpc_only(req: Request<Body>, next: Next) -> Response<Body> {
+    let is_grpc = req
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.get(..16).is_some_and(|p| p.eq_ignore_ascii_case("application/grpc")));
+    if is_grpc {
+        return next.run(req).await;
+    }
+    // The body is taken in first (a little of it, briefly), as a request answered at its
+    // end: the stream's frames are then still checked while it is open (flow control,
+    // content-length), as on the HTTP port, rather than meeting a stream already closed.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), crate::receiver::http::read_body(req.into_body(), 64 * 1024)).await;
+    let mut resp = Response::new(Body::from("this is weir's OTLP/gRPC port: requests need content-type application/grpc\n"));
+    *resp.status_mut() = axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
+    resp.headers_mut().insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    resp
+}

@@ -289,6 +289,8 @@ pub fn apply_grpc(
     if let Some(auth) = auth {
         router = router.layer(auth::AuthLayer::new(ServerKind::Grpc, auth));
     }
+    // Outermost: what is not gRPC is answered before anything else looks at it.
+    router = router.layer(axum::middleware::from_fn(grpc_status::grpc_only));
     (router, listener)
 }
 
