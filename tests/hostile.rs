@@ -8,6 +8,7 @@ use prost::Message;
 use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
+use support::attack::*;
 use support::*;
 
 const YAML: &str = r#"
@@ -17,15 +18,6 @@ receiver:
 exporters: [{type: blackhole}]
 admin: {endpoint: "{admin}"}
 "#;
-
-/// An HTTP/2 frame header plus payload.
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len() as u32;
-    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
 
 /// A connection that floods PING frames without ever reading the ACKs, then goes quiet
 /// with its receive buffer full: weir's writes cannot proceed, and that must cost weir
@@ -182,55 +174,6 @@ async fn bad_request_floods_do_not_flood_the_log() {
     assert_eq!(suppressed as usize + lines, 2000, "every failed request is either logged or counted");
 }
 
-/// Reads HTTP/2 frames from `s` until EOF or `secs`: (type, flags, stream, payload).
-fn read_frames(s: &mut TcpStream, secs: u64) -> Vec<(u8, u8, u32, Vec<u8>)> {
-    use std::io::Read;
-    s.set_nonblocking(false).unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-    let until = Instant::now() + Duration::from_secs(secs);
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 65536];
-    while Instant::now() < until {
-        match s.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-            Err(_) => break,
-        }
-    }
-    let mut frames = Vec::new();
-    let mut at = 0;
-    while buf.len() >= at + 9 {
-        let len = (buf[at] as usize) << 16 | (buf[at + 1] as usize) << 8 | buf[at + 2] as usize;
-        if buf.len() < at + 9 + len {
-            break;
-        }
-        let stream = u32::from_be_bytes(buf[at + 5..at + 9].try_into().unwrap()) & 0x7fff_ffff;
-        frames.push((buf[at + 3], buf[at + 4], stream, buf[at + 9..at + 9 + len].to_vec()));
-        at += 9 + len;
-    }
-    frames
-}
-
-/// A request head in HPACK without Huffman or indexing: POST `path`, plus `extra`
-/// (name, value) fields.
-fn hpack_post(path: &str, extra: &[(&str, &str)]) -> Vec<u8> {
-    let mut h = vec![0x83, 0x86]; // :method POST, :scheme http (static table)
-    h.push(0x04); // :path, literal value
-    h.push(path.len() as u8);
-    h.extend_from_slice(path.as_bytes());
-    h.extend_from_slice(&[0x01, 9]); // :authority
-    h.extend_from_slice(b"127.0.0.1");
-    for (name, value) in extra {
-        h.push(0x00);
-        h.push(name.len() as u8);
-        h.extend_from_slice(name.as_bytes());
-        h.push(value.len() as u8);
-        h.extend_from_slice(value.as_bytes());
-    }
-    h
-}
-
 /// MadeYouReset (CVE-2025-8671): streams that make weir reset them (HEADERS with
 /// END_STREAM and a non-zero content-length, a stream error) as fast as the client can
 /// send them, in bursts. The reset budget (100 at once, 10 a second after) sends GOAWAY
@@ -293,19 +236,6 @@ receiver:
 exporters: [{type: blackhole}]
 admin: {endpoint: "{admin}"}
 "#;
-
-/// Opens `n` connections to `addr` and sends `first` on each; connections the kernel
-/// does not complete within a second are left out.
-fn open_conns(addr: &str, n: usize, first: &[u8]) -> Vec<TcpStream> {
-    let addr: std::net::SocketAddr = addr.parse().unwrap();
-    (0..n)
-        .filter_map(|_| {
-            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-            s.write_all(first).ok()?;
-            Some(s)
-        })
-        .collect()
-}
 
 /// Sends `n` OTLP/HTTP requests one after another, each on a new connection, each given
 /// 5 s: how many were answered 200, and the slowest answer.
@@ -491,13 +421,6 @@ async fn http2_keepalive_closes_dead_peers_and_keeps_live_ones() {
     client.export(weir::otlp::synth::traces_request(4, 2, 8, 1)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(2500)).await;
     client.export(weir::otlp::synth::traces_request(4, 2, 8, 2)).await.expect("the connection survived its quiet spell");
-}
-
-/// Peak resident memory of a process so far (VmHWM), in bytes.
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
-    kb * 1024
 }
 
 /// 200 HTTP/2 streams (20 connections of 10), each declaring a 60 MiB body and pushing

@@ -2,6 +2,7 @@
 //! the file exporter's output back.
 #![allow(dead_code)]
 
+pub mod attack;
 pub mod cgroup;
 pub mod gen;
 pub mod throttle_fixture;
@@ -364,16 +365,4 @@ fn spawn_weir_with(yaml: &str, [h, g, a]: [u16; 3], spawn: impl FnOnce(&str, &Pa
         log,
         _dir: dir,
     }
-}
-
-/// CPU time (user + system) a process has used so far, from `/proc/<pid>/stat`.
-pub fn process_cpu(pid: u32) -> std::time::Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process alive");
-    // Fields after the command name (which may hold spaces) start at field 3.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
-    std::time::Duration::from_millis(ticks * 1000 / hz.max(1))
 }

@@ -48,7 +48,12 @@ async fn inflate(encoding: Encoding, wire: Bytes, bounds: Bounds, charge: Option
     let room = charge.map_or(u64::MAX, |c| c.room()).min(usize::MAX as u64) as usize;
     let limit = bounds.limit.min(by_ratio).min(room);
     let wire_len = wire.len();
-    let result = if wire_len >= BLOCKING_FROM {
+    // What the body says it inflates to, when it says: past the limit, refused without
+    // inflating a byte (a plain zip bomb costs nothing; one that lies still stops at
+    // the limit while inflating).
+    let result = if stated_size(encoding, &wire).is_some_and(|n| n > limit as u64) {
+        Err(DecompressError::TooLarge { limit })
+    } else if wire_len >= BLOCKING_FROM {
         tokio::task::spawn_blocking(move || decompress(encoding, &wire, limit)).await.unwrap_or_else(|e| {
             Err(DecompressError::Corrupt { encoding: encoding.as_str(), message: format!("decompression failed: {e}") })
         })
@@ -76,6 +81,20 @@ async fn inflate(encoding: Encoding, wire: Bytes, bounds: Bounds, charge: Option
         ))),
         Err(e @ DecompressError::TooLarge { .. }) => Err(ApiError::PayloadTooLarge(e.to_string())),
         Err(e @ DecompressError::Corrupt { .. }) => Err(ApiError::BadRequest(e.to_string())),
+    }
+}
+
+/// A lower bound of the inflated size that `wire` states, if it states one: gzip's ISIZE
+/// (the last member's size modulo 2^32, never more than the whole), zstd's frame
+/// content size (of the first frame).
+fn stated_size(encoding: Encoding, wire: &[u8]) -> Option<u64> {
+    match encoding {
+        Encoding::Gzip if wire.len() >= 18 && wire[..2] == [0x1f, 0x8b] => {
+            let tail = &wire[wire.len() - 4..];
+            Some(u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]])))
+        }
+        Encoding::Zstd => zstd::zstd_safe::get_frame_content_size(wire).ok().flatten(),
+        _ => None,
     }
 }
 
@@ -156,4 +175,42 @@ pub(super) async fn grpc_inflate(State(bounds): State<Bounds>, req: Request<Body
     }
     parts.headers.remove("grpc-encoding");
     next.run(Request::from_parts(parts, Body::from(out.freeze()))).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    const BOUNDS: Bounds = Bounds { limit: 64 << 20, ratio: 100 };
+
+    /// A bomb that states its size is refused on the statement; one whose trailer lies
+    /// is refused where the ratio stops the inflating. Either way the answer names the
+    /// ratio. Honest bodies pass.
+    #[tokio::test]
+    async fn bombs_stop_at_the_ratio_whatever_they_state() {
+        let bomb = gzip(&vec![0u8; 30 << 20]);
+        assert_eq!(stated_size(Encoding::Gzip, &bomb), Some(30 << 20));
+        let err = inflate(Encoding::Gzip, Bytes::from(bomb.clone()), BOUNDS, None).await.unwrap_err();
+        assert!(matches!(&err, ApiError::PayloadTooLarge(m) if m.contains("max_decompression_ratio")), "{err:?}");
+        let mut liar = bomb;
+        let n = liar.len();
+        liar[n - 4..].copy_from_slice(&1000u32.to_le_bytes());
+        assert_eq!(stated_size(Encoding::Gzip, &liar), Some(1000));
+        let err = inflate(Encoding::Gzip, Bytes::from(liar), BOUNDS, None).await.unwrap_err();
+        assert!(matches!(&err, ApiError::PayloadTooLarge(m) if m.contains("max_decompression_ratio")), "{err:?}");
+        // One-shot compression states the content size (streaming may not).
+        let zbomb = zstd::bulk::compress(&vec![0u8; 30 << 20], 3).unwrap();
+        assert_eq!(stated_size(Encoding::Zstd, &zbomb), Some(30 << 20));
+        let err = inflate(Encoding::Zstd, Bytes::from(zbomb), BOUNDS, None).await.unwrap_err();
+        assert!(matches!(&err, ApiError::PayloadTooLarge(m) if m.contains("max_decompression_ratio")), "{err:?}");
+        let honest = b"otlp ".repeat(10_000);
+        assert_eq!(inflate(Encoding::Gzip, Bytes::from(gzip(&honest)), BOUNDS, None).await.unwrap(), honest);
+    }
 }
