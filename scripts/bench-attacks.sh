@@ -31,7 +31,7 @@ flags=(--secs "$SECS")
 {
   echo "# Attacks: $(date -u +%Y-%m-%dT%H:%MZ), $SECS s each, weir in 1 CPU / 300 MiB"
   echo
-  echo "before = $BEFORE, after = $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (with uncommitted changes)')"
+  echo "before = $BEFORE, after = $(git rev-parse --short HEAD)$(git diff --quiet -- . ':!bench/results' || echo ' (with uncommitted changes)')"
   echo
   target/release/examples/attacks --weir "$BEFORE_BIN" --label before "${flags[@]}"
   target/release/examples/attacks --weir target/release/weir --label after "${flags[@]}" | tail -n +3
