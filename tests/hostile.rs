@@ -583,3 +583,34 @@ async fn compression_bombs_stop_at_the_ratio() {
     assert_eq!(ok, 40, "legitimate requests during the bomb flood");
     assert!(bombs > 10, "the flood ran ({bombs} bombs refused)");
 }
+
+/// A body weir answers without reading (here a wrong path: 404) is still checked: a
+/// content-length that disagrees with the DATA, or trailers without END_STREAM, is a
+/// stream error (RST_STREAM PROTOCOL_ERROR), not dropped unseen with the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_answered_unread_are_still_checked() {
+    let weir = start_weir_plain(YAML, 20, None).await;
+    let addr = weir.http.trim_start_matches("http://").to_string();
+    let frames = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        let mut out = h2_preface();
+        // Stream 1 declares 5 bytes; stream 3 will send trailers without END_STREAM.
+        out.extend(frame(0x1, 0x4, 1, &hpack_post("/v1/nothing", &[("content-type", "application/x-protobuf"), ("content-length", "5")])));
+        out.extend(frame(0x1, 0x4, 3, &hpack_post("/v1/nothing", &[("content-type", "application/x-protobuf")])));
+        s.write_all(&out).unwrap();
+        // The rest after weir has decided (404): before, the streams were gone by then
+        // and what followed was ignored.
+        std::thread::sleep(Duration::from_millis(200));
+        let mut out = frame(0x0, 0x1, 1, b"0123456789");
+        out.extend(frame(0x0, 0x0, 3, b"01"));
+        out.extend(frame(0x1, 0x4, 3, &[0x00, 1, b'x', 1, b'y']));
+        s.write_all(&out).unwrap();
+        read_frames(&mut s, 2)
+    })
+    .await
+    .unwrap();
+    for stream in [1, 3] {
+        let reset = frames.iter().find(|f| f.0 == 0x3 && f.2 == stream).map(|f| u32::from_be_bytes(f.3[..4].try_into().unwrap()));
+        assert_eq!(reset, Some(1), "stream {stream}: RST_STREAM PROTOCOL_ERROR expected: {frames:?}");
+    }
+}
