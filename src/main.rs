@@ -44,10 +44,16 @@ fn main() -> ExitCode {
         }
     };
     if args.check {
+        for name in weir::config::Config::ignored_env() {
+            eprintln!("weir: ignoring environment variable {name}: it names no config section");
+        }
         print!("{}", config.to_yaml());
         return ExitCode::SUCCESS;
     }
     init_logging(&config.log);
+    for name in weir::config::Config::ignored_env() {
+        tracing::warn!(variable = %name, "ignoring an environment variable that names no config section (WEIR_RECEIVER__…, WEIR_PIPELINE__…, …)");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {

@@ -178,6 +178,35 @@ fn env_overrides_the_file_and_bad_config_exits_64() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
 }
 
+/// Kubernetes gives every pod of a namespace with a Service named `weir` variables such as
+/// `WEIR_PORT=tcp://10.96.0.12:4317`: weir starts, naming each one it ignores. A variable
+/// that names a section but a wrong key is still an error naming the key.
+#[test]
+fn kubernetes_service_variables_are_ignored_with_a_warning() {
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["--config", "config/weir.yaml", "--check"])
+        .env("WEIR_PORT", "tcp://10.96.0.12:4317")
+        .env("WEIR_SERVICE_HOST", "10.96.0.12")
+        .env("WEIR_PORT_4317_TCP_ADDR", "10.96.0.12")
+        .env("WEIR_RECEIVER__HTTP_SERVER__ENDPOINT", "127.0.0.1:9999")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for name in ["WEIR_PORT", "WEIR_SERVICE_HOST", "WEIR_PORT_4317_TCP_ADDR"] {
+        assert!(stderr.contains(&format!("ignoring environment variable {name}:")), "{name} not named: {stderr}");
+    }
+    assert!(String::from_utf8_lossy(&out.stdout).contains("endpoint: 127.0.0.1:9999"), "known keys still apply");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["--config", "config/weir.yaml", "--check"])
+        .env("WEIR_RECEIVER__HTTP_SERVER__ENDPIONT", "127.0.0.1:9999")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("endpiont"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn tenants_and_priorities() {
     use weir::config::Priority;

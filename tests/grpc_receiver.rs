@@ -117,6 +117,19 @@ async fn tenant_quota_refuses_with_the_exact_wait_before_the_body() {
     assert!(wait > std::time::Duration::ZERO && wait <= std::time::Duration::from_millis(1000), "{wait:?}");
     let refused = metric_value(&w.admin(), "weir_quota_rejected_total{tenant=\"limited\"}").await;
     assert_eq!(refused, Some(2.0));
+    // Counted as a quota refusal, not as the gateway shedding load.
+    let mut by_reason = std::collections::HashMap::new();
+    for reason in ["quota", "throttle_shed"] {
+        let mut n = 0.0;
+        for protocol in ["http", "grpc"] {
+            let key = format!("weir_receiver_requests_rejected_total{{protocol=\"{protocol}\",signal=\"traces\",reason=\"{reason}\"}}");
+            n += metric_value(&w.admin(), &key).await.unwrap_or(0.0);
+        }
+        by_reason.insert(reason, n);
+    }
+    // (Other tests in this process refuse by quota too: at least ours.)
+    assert!(by_reason["quota"] >= 2.0, "{by_reason:?}");
+    assert_eq!(by_reason["throttle_shed"], 0.0, "{by_reason:?}");
     w.app.shutdown().await;
 }
 

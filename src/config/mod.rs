@@ -114,6 +114,15 @@ impl Default for LogConfig {
     }
 }
 
+/// The top-level sections, which a `WEIR_` variable must start with to be read.
+const SECTIONS: [&str; 6] = ["receiver", "pipeline", "exporters", "admin", "log", "reload"];
+
+/// Whether a `WEIR_`-stripped variable name starts with a section (`RECEIVER__…`).
+fn names_a_section(key: &str) -> bool {
+    let first = key.split("__").next().unwrap_or("");
+    SECTIONS.iter().any(|s| s.eq_ignore_ascii_case(first))
+}
+
 impl Config {
     /// Loads defaults, then `path`, then `WEIR_` environment variables (`__` separates
     /// levels: `WEIR_RECEIVER__HTTP_SERVER__ENDPOINT`), and validates the result.
@@ -130,10 +139,23 @@ impl Config {
     }
 
     fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
-        let figment = figment.merge(Env::prefixed("WEIR_").split("__"));
+        let env = Env::prefixed("WEIR_").filter(|key| names_a_section(key.as_str())).split("__");
+        let figment = figment.merge(env);
         let config: Config = figment.extract().map_err(|e| ConfigError::Parse(describe_figment_error(e)))?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// `WEIR_*` environment variables that name no config section, and so are ignored:
+    /// Kubernetes gives every pod `WEIR_PORT`, `WEIR_SERVICE_HOST`, `WEIR_PORT_4317_TCP`
+    /// and the like for a Service named `weir`, and those must not stop weir from
+    /// starting. A variable that names a section but a wrong key below it is still an
+    /// error naming the key (a typo in a real override must not pass unseen).
+    pub fn ignored_env() -> Vec<String> {
+        std::env::vars_os()
+            .filter_map(|(k, _)| k.into_string().ok())
+            .filter(|k| k.strip_prefix("WEIR_").is_some_and(|rest| !names_a_section(rest)))
+            .collect()
     }
 
     /// Checks every rule that serde cannot express.

@@ -42,6 +42,16 @@ pub enum ApiError {
     /// Shutting down.
     #[error("weir is shutting down")]
     ShuttingDown,
+    /// The tenant is over its request-rate quota (429 / RESOURCE_EXHAUSTED, as a
+    /// shed request, but counted apart: a tenant over its quota is not an overloaded
+    /// gateway).
+    #[error("{message}")]
+    Quota {
+        /// What happened.
+        message: String,
+        /// When the next request conforms.
+        retry_after: Duration,
+    },
     /// Request bodies in flight are at their memory budget.
     #[error("{message}")]
     BodyBudget {
@@ -67,7 +77,7 @@ pub enum ApiError {
 }
 
 /// Every value [`ApiError::reason`] gives.
-pub const REASONS: [&str; 12] = [
+pub const REASONS: [&str; 13] = [
     "bad_request",
     "unsupported_media_type",
     "too_large",
@@ -76,6 +86,7 @@ pub const REASONS: [&str; 12] = [
     "not_found",
     "queue_full",
     "shutting_down",
+    "quota",
     "body_budget",
     "body_timeout",
     "throttle_open",
@@ -95,6 +106,7 @@ impl ApiError {
             ApiError::QueueFull { .. } | ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::BodyBudget { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Quota { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Throttled { open: true, .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Throttled { open: false, .. } => StatusCode::TOO_MANY_REQUESTS,
         }
@@ -111,6 +123,7 @@ impl ApiError {
             ApiError::Throttled { .. } => Code::ResourceExhausted,
             ApiError::BodyTimeout(_) => Code::DeadlineExceeded,
             ApiError::BodyBudget { .. } => Code::Unavailable,
+            ApiError::Quota { .. } => Code::ResourceExhausted,
         }
     }
 
@@ -119,7 +132,8 @@ impl ApiError {
         match self {
             ApiError::QueueFull { retry_after, .. }
             | ApiError::Throttled { retry_after, .. }
-            | ApiError::BodyBudget { retry_after, .. } => Some(*retry_after),
+            | ApiError::BodyBudget { retry_after, .. }
+            | ApiError::Quota { retry_after, .. } => Some(*retry_after),
             ApiError::ShuttingDown => Some(Duration::from_secs(5)),
             _ => None,
         }
@@ -138,6 +152,7 @@ impl ApiError {
             ApiError::ShuttingDown => "shutting_down",
             ApiError::BodyTimeout(_) => "body_timeout",
             ApiError::BodyBudget { .. } => "body_budget",
+            ApiError::Quota { .. } => "quota",
             ApiError::Throttled { open: true, .. } => "throttle_open",
             ApiError::Throttled { open: false, .. } => "throttle_shed",
         }
@@ -162,9 +177,10 @@ impl ApiError {
             | ApiError::PayloadTooLarge(m)
             | ApiError::Unauthenticated(m)
             | ApiError::BodyTimeout(m) => m.as_str().into(),
-            ApiError::QueueFull { message, .. } | ApiError::Throttled { message, .. } | ApiError::BodyBudget { message, .. } => {
-                message.as_str().into()
-            }
+            ApiError::QueueFull { message, .. }
+            | ApiError::Throttled { message, .. }
+            | ApiError::BodyBudget { message, .. }
+            | ApiError::Quota { message, .. } => message.as_str().into(),
             other => other.to_string().into(),
         }
     }
@@ -333,6 +349,7 @@ mod tests {
             ApiError::NotFound(s()),
             ApiError::QueueFull { message: s(), retry_after: d },
             ApiError::ShuttingDown,
+            ApiError::Quota { message: s(), retry_after: d },
             ApiError::BodyBudget { message: s(), retry_after: d },
             ApiError::BodyTimeout(s()),
             ApiError::Throttled { message: s(), retry_after: d, open: true },

@@ -134,11 +134,10 @@ where
                 .get_or_init(|| metrics::counter!(crate::telemetry::names::QUOTA_REJECTED, "tenant" => Tenant::label(Some(&tenant))))
                 .increment(1);
             req.extensions_mut().insert(tenant);
-            let err = ApiError::Throttled {
+            let err = ApiError::Quota {
                 // Integer formatting: a float's costs more than the rest of the message.
                 message: format!("tenant quota exceeded; next request conforms in {}.{:03}s", wait.as_secs(), wait.subsec_millis()),
                 retry_after: wait,
-                open: false,
             };
             let resp = reject(kind, &req, err, started);
             return ResponseFuture::refused(super::drain::finish(req, resp));
