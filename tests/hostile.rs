@@ -614,3 +614,19 @@ async fn bodies_answered_unread_are_still_checked() {
         assert_eq!(reset, Some(1), "stream {stream}: RST_STREAM PROTOCOL_ERROR expected: {frames:?}");
     }
 }
+
+/// `connections.listen_backlog` is the backlog the listening sockets get (what `ss`
+/// shows as a listener's Send-Q).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listen_backlog_is_what_the_config_says() {
+    let yaml = TIGHT.replace("http2_keepalive_timeout: 500ms}", "http2_keepalive_timeout: 500ms, listen_backlog: 77}");
+    assert_eq!(yaml.matches("listen_backlog: 77").count(), 2);
+    let weir = start_weir_plain(&yaml, 20, None).await;
+    for url in [&weir.http, &weir.grpc] {
+        let port = url.rsplit(':').next().unwrap();
+        let out = std::process::Command::new("ss").args(["-ltnH", &format!("sport = :{port}")]).output().expect("ss (iproute2) runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let send_q: Vec<&str> = text.split_whitespace().collect();
+        assert_eq!(send_q.get(2), Some(&"77"), "listener on {port}: {text}");
+    }
+}

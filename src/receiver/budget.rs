@@ -153,33 +153,6 @@ impl Drop for Charge {
     }
 }
 
-/// A body ran past the budget while arriving.
-#[derive(Debug)]
-pub struct OverBudget {
-    status: tonic::Status,
-    retry_after: Duration,
-}
-
-impl OverBudget {
-    /// The answer to give.
-    pub fn api_error(&self) -> ApiError {
-        ApiError::BodyBudget { message: self.status.message().to_string(), retry_after: self.retry_after }
-    }
-}
-
-impl std::fmt::Display for OverBudget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.status.message())
-    }
-}
-
-impl std::error::Error for OverBudget {
-    /// The gRPC status, for tonic, which looks for one along the source chain.
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.status)
-    }
-}
-
 /// A request body, charged when it is first read: the declared length at once, the rest
 /// chunk by chunk. A request refused before its body is read (the throttle, a quota, a
 /// held refusal) never takes any of the budget.
@@ -194,9 +167,7 @@ struct Charged {
 
 impl Charged {
     fn over(&self) -> axum::Error {
-        let retry_after = self.charge.budget.retry_after;
-        let status = tonic::Status::unavailable(self.charge.refusal().to_string());
-        axum::Error::new(OverBudget { status, retry_after })
+        axum::Error::new(super::hygiene::BodyFailure::new(self.charge.refusal()))
     }
 }
 

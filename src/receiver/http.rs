@@ -77,11 +77,8 @@ fn body_error(e: Box<dyn std::error::Error + Send + Sync>, limit: usize) -> ApiE
         if err.is::<http_body_util::LengthLimitError>() {
             return ApiError::PayloadTooLarge(format!("request body exceeds the limit of {limit} bytes"));
         }
-        if let Some(timeout) = err.downcast_ref::<super::hygiene::BodyTimeout>() {
-            return ApiError::BodyTimeout(timeout.to_string());
-        }
-        if let Some(over) = err.downcast_ref::<super::budget::OverBudget>() {
-            return over.api_error();
+        if let Some(failure) = err.downcast_ref::<super::hygiene::BodyFailure>() {
+            return failure.api_error();
         }
         source = err.source();
     }

@@ -1,6 +1,7 @@
 //! Connection hygiene: what a connection may cost in time before weir closes it, and
 //! the request body that must arrive in time (see `receiver.*.connections`).
 
+use super::response::ApiError;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use std::future::Future;
@@ -8,26 +9,35 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-/// A request body did not arrive within `body_read_timeout`.
+/// Why weir stopped reading a request body partway (it did not arrive within
+/// `body_read_timeout`, or it ran past the body budget): the answer to give, and the same
+/// as a gRPC status for tonic, which looks for one along the error's source chain.
 #[derive(Debug)]
-pub struct BodyTimeout {
+pub struct BodyFailure {
+    api: ApiError,
     status: tonic::Status,
 }
 
-impl BodyTimeout {
-    fn new(limit: Duration) -> Self {
-        BodyTimeout { status: tonic::Status::deadline_exceeded(format!("request body not received within {limit:?} (body_read_timeout)")) }
+impl BodyFailure {
+    /// The failure that answers with `api`.
+    pub fn new(api: ApiError) -> Self {
+        let status = tonic::Status::new(api.grpc_code(), api.to_string());
+        BodyFailure { api, status }
+    }
+
+    /// The answer to give.
+    pub fn api_error(&self) -> ApiError {
+        self.api.clone()
     }
 }
 
-impl std::fmt::Display for BodyTimeout {
+impl std::fmt::Display for BodyFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.status.message())
     }
 }
 
-impl std::error::Error for BodyTimeout {
-    /// The gRPC status, for tonic, which looks for one along the source chain.
+impl std::error::Error for BodyFailure {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.status)
     }
@@ -72,7 +82,10 @@ where
                 let (started, limit) = (this.started, this.limit);
                 let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until((started + limit).into())));
                 match timer.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimeout::new(limit))))),
+                    Poll::Ready(()) => {
+                        let message = format!("request body not received within {limit:?} (body_read_timeout)");
+                        Poll::Ready(Some(Err(Box::new(BodyFailure::new(ApiError::BodyTimeout(message))))))
+                    }
                     Poll::Pending => Poll::Pending,
                 }
             }
