@@ -14,9 +14,9 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-target/debug/weir --config config/sink.yaml > "$WORK/sink.log" 2>&1 &
+WEIR_PIPELINE__SHUTDOWN_DELAY=0s target/debug/weir --config config/sink.yaml > "$WORK/sink.log" 2>&1 &
 SINK_PID=$!
-scripts/run-in-cgroup.sh "$NAME" 1 314572800 -- target/debug/weir --config config/bench.yaml > "$WORK/weir.log" 2>&1 &
+WEIR_PIPELINE__SHUTDOWN_DELAY=0s scripts/run-in-cgroup.sh "$NAME" 1 314572800 -- target/debug/weir --config config/bench.yaml > "$WORK/weir.log" 2>&1 &
 WEIR_PID=$!
 for _ in $(seq 1 100); do curl -sf http://127.0.0.1:8888/readyz > /dev/null && break; sleep 0.1; done
 curl -sf http://127.0.0.1:8888/debug/throttle | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["effective_cores"] == 1.0, d; print("weir sees", d["effective_cores"], "core and", d["mem_limit_bytes"], "bytes")'

@@ -39,7 +39,7 @@ exporters:
   - {type: file, path: "$WORK/data"}
 admin: {endpoint: "127.0.0.1:$ADMIN_PORT"}
 YAML
-  ./target/debug/weir --config "$WORK/weir.yaml" > "$WORK/weir.log" 2>&1 &
+  WEIR_PIPELINE__SHUTDOWN_DELAY=0s ./target/debug/weir --config "$WORK/weir.yaml" > "$WORK/weir.log" 2>&1 &
   WEIR_PID=$!
   for _ in $(seq 1 100); do
     curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" > /dev/null && break

@@ -209,6 +209,7 @@ impl RunningApp {
 /// load or validate is refused with a log line and the running one stays.
 pub async fn run(config: Config, path: std::path::PathBuf) -> Result<(), StartError> {
     let watch = config.reload.clone();
+    let delay = config.pipeline.shutdown_delay;
     let mut app = start(config).await?;
     let stop = wait_for_signal();
     tokio::pin!(stop);
@@ -230,7 +231,17 @@ pub async fn run(config: Config, path: std::path::PathBuf) -> Result<(), StartEr
         #[cfg(not(unix))]
         let hup_signal = std::future::pending::<()>();
         let why = tokio::select! {
-            _ = &mut stop => break,
+            signal = &mut stop => {
+                if signal == StopSignal::Term && !delay.is_zero() {
+                    app.ready.store(false, Ordering::Release);
+                    tracing::info!(delay = ?delay, "not ready; still serving for pipeline.shutdown_delay while load balancers stop sending");
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = wait_for_signal() => tracing::info!("second signal: shutting down now"),
+                    }
+                }
+                break;
+            }
             _ = hup_signal => "SIGHUP",
             _ = tick.tick(), if watch.watch_file => {
                 let now = mtime(&path);
@@ -263,7 +274,14 @@ fn reload_from(app: &mut RunningApp, path: &std::path::Path, why: &str) {
     }
 }
 
-async fn wait_for_signal() {
+/// The signal that asked weir to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopSignal {
+    Int,
+    Term,
+}
+
+async fn wait_for_signal() -> StopSignal {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -279,7 +297,13 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! {
-        _ = ctrl_c => tracing::info!("SIGINT received"),
-        _ = term => tracing::info!("SIGTERM received"),
+        _ = ctrl_c => {
+            tracing::info!("SIGINT received");
+            StopSignal::Int
+        }
+        _ = term => {
+            tracing::info!("SIGTERM received");
+            StopSignal::Term
+        }
     }
 }

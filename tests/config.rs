@@ -207,6 +207,40 @@ fn kubernetes_service_variables_are_ignored_with_a_warning() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("endpiont"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// `${env:NAME}` and `${env:NAME:-default}` in YAML values (the Collector's convention):
+/// secrets and per-pod values from the environment, typed like the key; a missing
+/// variable without a default is an error naming the key and the variable.
+#[test]
+fn env_references_in_yaml_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weir.yaml");
+    std::fs::write(
+        &path,
+        "receiver:\n  http_server:\n    endpoint: \"127.0.0.1:${env:TEST_HTTP_PORT}\"\n  grpc_server:\n    endpoint: \"${env:TEST_GRPC_ENDPOINT:-127.0.0.1:14317}\"\npipeline:\n  queue:\n    max_bytes: ${env:TEST_QUEUE_BYTES}\nexporters: [{type: blackhole}]\n",
+    )
+    .unwrap();
+    let run = |vars: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+        cmd.args(["--config", path.to_str().unwrap(), "--check"]);
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    let out = run(&[("TEST_HTTP_PORT", "9999"), ("TEST_QUEUE_BYTES", "1234")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let effective: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    assert_eq!(effective["receiver"]["http_server"]["endpoint"].as_str(), Some("127.0.0.1:9999"));
+    assert_eq!(effective["receiver"]["grpc_server"]["endpoint"].as_str(), Some("127.0.0.1:14317"), "the default");
+    assert_eq!(effective["pipeline"]["queue"]["max_bytes"].as_u64(), Some(1234), "a whole reference takes the key's type");
+
+    let out = run(&[("TEST_HTTP_PORT", "9999")]);
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("pipeline.queue.max_bytes") && stderr.contains("TEST_QUEUE_BYTES"), "{stderr}");
+}
+
 #[test]
 fn tenants_and_priorities() {
     use weir::config::Priority;

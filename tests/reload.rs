@@ -125,3 +125,30 @@ async fn a_watched_file_reloads_without_a_signal() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// On SIGTERM weir stays for `pipeline.shutdown_delay`: `/readyz` answers 503 at once (a
+/// load balancer stops sending) while requests are still served, then it stops. Before,
+/// it stopped accepting at once and clients saw connection errors on every rollout.
+#[tokio::test]
+async fn sigterm_keeps_serving_for_the_shutdown_delay() {
+    let yaml = "receiver:\n  http_server: {endpoint: \"{http}\"}\n  grpc_server: {endpoint: \"{grpc}\"}\npipeline: {shutdown_delay: 1500ms}\nexporters: [{type: blackhole}]\nadmin: {endpoint: \"{admin}\"}\n";
+    let mut weir = start_weir_plain(yaml, 20, None).await;
+    let pid = weir.child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let signalled = Instant::now();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let ready = reqwest::get(format!("{}/readyz", weir.admin)).await.unwrap().status();
+    assert_eq!(ready, 503, "not ready once SIGTERM came");
+    let served = reqwest::Client::new()
+        .post(format!("{}/v1/traces", weir.http))
+        .header("content-type", "application/x-protobuf")
+        .body(Vec::new())
+        .send()
+        .await
+        .expect("still accepting during the delay");
+    assert_eq!(served.status(), 200);
+    let status = tokio::task::spawn_blocking(move || weir.child.wait().unwrap()).await.unwrap();
+    let took = signalled.elapsed();
+    assert!(status.success(), "{status}");
+    assert!(took >= Duration::from_millis(1400), "stopped after {took:?}, before the 1.5 s delay");
+}

@@ -3,6 +3,7 @@
 //! whose errors name the offending key and the rule it broke.
 
 mod admission;
+mod envsub;
 mod exporter;
 mod pipeline;
 mod receiver;
@@ -114,6 +115,15 @@ impl Default for LogConfig {
     }
 }
 
+/// The YAML's values with `${env:…}` references expanded (see [`envsub`]).
+fn expanded(yaml: figment::providers::Data<Yaml>) -> Result<Serialized<figment::value::Dict>, ConfigError> {
+    use figment::Provider;
+    let mut data = yaml.data().map_err(|e| ConfigError::Parse(describe_figment_error(e)))?;
+    let mut dict = data.remove(&figment::Profile::Default).unwrap_or_default();
+    envsub::expand_dict(&mut dict, "")?;
+    Ok(Serialized::defaults(dict))
+}
+
 /// The top-level sections, which a `WEIR_` variable must start with to be read.
 const SECTIONS: [&str; 6] = ["receiver", "pipeline", "exporters", "admin", "log", "reload"];
 
@@ -130,12 +140,12 @@ impl Config {
         if !path.exists() {
             return Err(ConfigError::Parse(format!("config file {} does not exist", path.display())));
         }
-        Self::from_figment(Figment::from(Serialized::defaults(Config::default())).merge(Yaml::file(path)))
+        Self::from_figment(Figment::from(Serialized::defaults(Config::default())).merge(expanded(Yaml::file(path))?))
     }
 
     /// Loads from a YAML string (tests and `--check` of inline configs).
     pub fn from_yaml(yaml: &str) -> Result<Config, ConfigError> {
-        Self::from_figment(Figment::from(Serialized::defaults(Config::default())).merge(Yaml::string(yaml)))
+        Self::from_figment(Figment::from(Serialized::defaults(Config::default())).merge(expanded(Yaml::string(yaml))?))
     }
 
     fn from_figment(figment: Figment) -> Result<Config, ConfigError> {

@@ -15,6 +15,11 @@ pub struct PipelineConfig {
     /// How long a shutdown waits for the queue to drain and exporters to flush.
     #[serde(with = "humantime_serde")]
     pub shutdown_timeout: Duration,
+    /// On SIGTERM, how long weir keeps serving, with `/readyz` answering 503, before it
+    /// stops accepting: the time a load balancer (a Kubernetes Service) takes to stop
+    /// sending new connections. A second SIGTERM or a SIGINT ends it at once. 0 = none.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_delay: Duration,
     /// Exports in flight per exporter.
     pub export_workers: usize,
 }
@@ -62,6 +67,7 @@ impl Default for PipelineConfig {
             queue: QueueConfig::default(),
             batch: BatchConfig::default(),
             shutdown_timeout: Duration::from_secs(10),
+            shutdown_delay: Duration::from_secs(5),
             export_workers: 4,
         }
     }
