@@ -630,3 +630,31 @@ async fn the_listen_backlog_is_what_the_config_says() {
         assert_eq!(send_q.get(2), Some(&"77"), "listener on {port}: {text}");
     }
 }
+
+/// Over HTTP/1.1 too: with the body budget taken by a request still arriving, another
+/// that declares more than is left gets 503 and its retry delay before its body is read,
+/// and the client reads that whole answer (the body is read away, not reset).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_body_budget_refuses_http1_bodies_up_front() {
+    let yaml = YAML.replacen("receiver:\n", "receiver:\n  max_body_bytes_in_flight: 1048576\n", 1);
+    let weir = start_weir_plain(&yaml, 20, None).await;
+    let addr = weir.http.trim_start_matches("http://").to_string();
+    // 900 KB declared, 1 KB sent, then nothing: it holds its charge.
+    let mut slow = TcpStream::connect(&addr).unwrap();
+    slow.write_all(b"POST /v1/traces HTTP/1.1\r\nHost: weir\r\nContent-Type: application/x-protobuf\r\nContent-Length: 900000\r\n\r\n")
+        .unwrap();
+    slow.write_all(&[0x0a; 1024]).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/traces", weir.http))
+        .header("content-type", "application/x-protobuf")
+        .body(vec![0x0a; 500_000])
+        .send()
+        .await
+        .expect("the refusal arrives whole, not as a reset");
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().get("retry-after").is_some(), "{:?}", r.headers());
+    let status = weir::rpc::Status::decode(r.bytes().await.unwrap()).unwrap();
+    assert!(status.message.contains("memory budget"), "{}", status.message);
+    drop(slow);
+}

@@ -219,7 +219,13 @@ pub(crate) async fn charge_bodies(
         let used = budget.used();
         if used > 0 && used.saturating_add(n) > budget.limit {
             let err = budget.refusal();
-            return reject(kind, &req, err, Instant::now());
+            let resp = reject(kind, &req, err, Instant::now());
+            // As any refusal: over HTTP/1.1 a modest body is read away (or the connection
+            // closed lingering), so the client reads the answer rather than a reset.
+            return match super::middleware::drain::finish(req, resp) {
+                Ok(resp) => resp,
+                Err(draining) => draining.await,
+            };
         }
     }
     let charge = Arc::new(Charge::new(budget));
