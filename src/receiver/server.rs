@@ -165,9 +165,9 @@ impl Open {
         self.conns.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
     }
 
-    /// Asks the connection idle the longest (nothing in flight) to close; false when
-    /// every connection is busy.
-    fn evict_idlest(&self) -> bool {
+    /// Asks the connection idle the longest (nothing in flight) to close; none is asked
+    /// when every connection is busy.
+    fn evict_idlest(&self) {
         let now = mono_ms();
         let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         let idlest = conns
@@ -175,12 +175,8 @@ impl Open {
             .filter(|(stamp, _)| !stamp.eviction_asked())
             .filter_map(|(stamp, opened)| stamp.idle_ms(now, *opened).map(|idle| (idle, stamp)))
             .max_by_key(|(idle, _)| *idle);
-        match idlest {
-            Some((_, stamp)) => {
-                stamp.evict();
-                true
-            }
-            None => false,
+        if let Some((_, stamp)) = idlest {
+            stamp.evict();
         }
     }
 }
@@ -319,11 +315,6 @@ pub struct ConnOpts {
 }
 
 impl ConnOpts {
-    /// Options for a connection opened now, with the default limits.
-    pub fn now(server: &'static str) -> Self {
-        ConnOpts { server, opened: mono_ms(), limits: ConnectionConfig::default(), http1: true }
-    }
-
     /// Why the connection must close now, if it must; `evicted` says the server asked.
     /// `head` checks the HTTP/1.1 request-head timeout.
     pub fn verdict(&self, stamp: &RxStamp, evicted: bool, head: bool) -> Option<Closed> {
