@@ -3,7 +3,7 @@
 //! and many hand-written exporters do. With refusals held (`receiver.throttle.hold`),
 //! refusing must not become the load: the accepted rate under the storm stays within a
 //! stated fraction of the same weir's capacity measured in the same test with two
-//! clients, and every refused request still gets its whole answer with a retry delay
+//! clients, refusals do not outnumber acceptances, and every refused request still gets its whole answer with a retry delay
 //! (HTTP 429/503 + Retry-After, gRPC RESOURCE_EXHAUSTED/UNAVAILABLE + RetryInfo), never a
 //! broken connection. Needs root and a writable cgroupfs (CI has both); it fails, never
 //! skips, without them.
@@ -206,11 +206,18 @@ async fn a_storm_of_clients_that_retry_at_once_keeps_goodput_and_gets_whole_answ
     assert_eq!(storm.broken.load(Ordering::Relaxed), 0, "every refused client must get its answer, not a broken connection");
     assert_eq!(storm.incomplete.load(Ordering::Relaxed), 0, "every refusal must be whole and carry its retry delay");
     assert_eq!(storm.other.load(Ordering::Relaxed), 0, "no other status");
-    // A debug build, with its 240 clients (debug builds too) on the machine's other core:
-    // measured here 65% with held refusals, 33% with `hold: {enabled: false}` (21K
-    // refusals in the same 14 s against 3.3K). The release benchmark
-    // (scripts/bench-storm.sh) gives the numbers that count.
-    assert!(ratio >= 0.50, "accepted {under_storm:.0}/s under the storm, {:.0}% of the {capacity:.0}/s capacity", ratio * 100.0);
+    // What holding refusals buys, measured on the counts rather than on the machine's
+    // speed: a refusal answered at once comes straight back, so refusals outnumber
+    // acceptances ten times over (21K refusals against about 1.9K acceptances in the
+    // same 14 s with `hold: {enabled: false}`); held, the clients come back at about half
+    // the completion rate (4.8K against 9.5K here, 3.5K against 6.4K on a slower CI
+    // machine). Both counts scale with the machine, so the bound holds on a slow one.
+    let accepted = storm.ok();
+    assert!((refused as f64) <= 1.5 * accepted as f64, "{refused} refusals against {accepted} acceptances: refusing has become the load");
+    // The goodput itself depends on the machine and its neighbours (65-71% here, 46% on a
+    // busier CI machine, 12% without held refusals): this bound only catches a collapse.
+    // The release benchmark (scripts/bench-storm.sh) gives the numbers that count.
+    assert!(ratio >= 0.30, "accepted {under_storm:.0}/s under the storm, {:.0}% of the {capacity:.0}/s capacity", ratio * 100.0);
     assert_eq!(cg.oom_kills(), 0);
 }
 
