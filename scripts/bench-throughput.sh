@@ -339,6 +339,52 @@ floor "kernel floor, HTTP/1.1: answer from bytes (examples/raw_floor), 2-byte bo
 floor "kernel floor, HTTP/1.1: the same, 512x10 body sent and read away" rawfloor 512x10.pb "$REJ_N" --h1 -c 16 -m 1
 floor "kernel floor, HTTP/1.1: the same, 512x10 body thrown away in the kernel (recv MSG_TRUNC, no copy)" truncfloor 512x10.pb "$REJ_N" --h1 -c 16 -m 1
 
+# The disk queue (pipeline.queue.disk): the same weir with a disk queue, sync on_ack and
+# interval, beside memory-only, 4 connections x 16 streams (DISK_PROTOS: "h2c grpc";
+# empty skips; DISK_DIR: where the queues live, target/throughput/queue).
+DISK_ROWS=()
+DISK_PROTOS=${DISK_PROTOS-h2c grpc}
+DISK_DIR=${DISK_DIR:-target/throughput/queue}
+disk_cell() { # disk_cell LABEL NAME PROTO N
+  local label=$1 name=$2 proto=$3 n=$4 admin b0 b1 per_cpu=() per_wall=() mbs=() rss=() means=()
+  eval "admin=\$${name}_ADMIN"
+  run_once "$name" "$proto" 512x10 $((n / 5)) "-m 16" > /dev/null
+  for r in $(seq 1 "$RUNS"); do
+    b0=$(metric "$admin" '^weir_queue_appended_bytes_total')
+    read -r acc cpu wall peak ok refused mean max _sys <<< "$(run_once "$name" "$proto" 512x10 "$n" "-m 16")"
+    b1=$(metric "$admin" '^weir_queue_appended_bytes_total')
+    if [ "$acc" -ne $((ok * 512)) ] || [ "$refused" -ne 0 ]; then
+      echo "disk cell $label run $r: weir accepted $acc spans and refused $refused requests; h2load saw $ok successes" >&2
+      exit 1
+    fi
+    per_cpu+=("$(awk -v a="$acc" -v c="$cpu" 'BEGIN {printf "%.0f", a / c}')")
+    per_wall+=("$(awk -v a="$acc" -v w="$wall" 'BEGIN {printf "%.0f", a / w}')")
+    mbs+=("$(awk -v b=$((b1 - b0)) -v w="$wall" 'BEGIN {printf "%.0f", b / w / 1e6}')")
+    rss+=("$((peak / 1024))")
+    means+=("$(to_ms "$mean")")
+  done
+  DISK_ROWS+=("| $label | $proto | $(median_range "${per_cpu[@]}") | $(median_range "${per_wall[@]}") | $(median_range "${mbs[@]}") | $(median_range "${rss[@]}") | $(middle "${means[@]}") |")
+  echo "${DISK_ROWS[-1]}"
+}
+if [ -n "$DISK_PROTOS" ]; then
+  echo "== disk queue"
+  for mode in on_ack interval; do
+    rm -rf "${DISK_DIR:?}/$mode"
+    start_weir "disk_$mode" "$THROTTLE_IN_PATH
+pipeline:
+  queue:
+    disk: {path: \"$DISK_DIR/$mode\", sync: $mode}"
+  done
+  n=$((SPANS_PER_RUN / 512))
+  for proto in $DISK_PROTOS; do
+    disk_cell "memory only" main "$proto" "$n"
+    disk_cell "disk, on_ack" disk_on_ack "$proto" "$n"
+    disk_cell "disk, interval (100ms)" disk_interval "$proto" "$n"
+  done
+  kill "$disk_on_ack_PID" "$disk_interval_PID" 2> /dev/null || true
+  rm -rf "${DISK_DIR:?}/on_ack" "${DISK_DIR:?}/interval"
+fi
+
 # Decode-only: criterion, pinned to the same core, system allocator and jemalloc.
 decode_rate() { # decode_rate BENCH GROUP -> spans/s from criterion's median ("n/a": not run)
   [ -f "target/criterion/$2/$1/new/estimates.json" ] || { echo n/a; return; }
@@ -396,6 +442,16 @@ mkdir -p "$(dirname "$OUT")"
       'function pct(d) {return d == "n/a" ? "n/a" : sprintf("%.0f%%", 100 * e / d)} BEGIN {printf "| %s | %s | %s | %s |\n", p, b, pct(s), pct(j)}'
   done
   echo
+  if [ ${#DISK_ROWS[@]} -gt 0 ]; then
+    echo "## Disk queue (\`pipeline.queue.disk\`, 512x10, 4 connections x 16 streams, median (range) of $RUNS runs)"
+    echo
+    echo "The same weir and exporter with a disk queue in $DISK_DIR ($(df -T "$DISK_DIR" 2> /dev/null | awk 'NR == 2 {print $2}') on $(df "$DISK_DIR" 2> /dev/null | awk 'NR == 2 {print $1}')). MB/s appended: weir_queue_appended_bytes_total over the run's wall time. on_ack answers each request after the fsync that covers it (group commit); interval after the write, with an fsync every 100 ms."
+    echo
+    echo "| queue | protocol | spans per CPU-second | spans/s | MB/s appended | peak RSS MiB | mean latency ms |"
+    echo "|---|---|---|---|---|---|---|"
+    printf '%s\n' "${DISK_ROWS[@]}"
+    echo
+  fi
   echo "## Refusals ($REJ_N requests per run, $TINY_N for 2-byte bodies; median (range) of $RUNS runs after a warm-up; 4 connections x 4 streams unless the row says otherwise)"
   echo
   echo "The floor rows are servers that answer every request with weir's 429 and do nothing else, run and measured the same way. \`examples/h2_floor.rs\`: the h2 crate with weir's socket layer, allocator and runtime (no routing, auth, throttle or hyper): what HTTP/2 on h2 and the kernel cost before weir does anything. \`examples/raw_floor.rs\`: pre-encoded answers, no HPACK, HTTP/1.1 heads only scanned for their end: what the kernel and the runtime cost, which no HTTP implementation can save. CPU is utime+stime from /proc; the kernel column is stime alone."

@@ -40,6 +40,9 @@ pub enum StartError {
     /// The middleware list is invalid (normally caught by config validation).
     #[error("middlewares: {0}")]
     Middleware(String),
+    /// The disk queue could not be opened.
+    #[error(transparent)]
+    Queue(#[from] crate::pipeline::disk::OpenError),
 }
 
 /// A running weir.
@@ -70,10 +73,13 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let original = config.clone();
     let prometheus = telemetry::install_recorder();
     let exporters = exporter::build(&config.exporters)?;
-    let (pipeline, tasks) = Pipeline::start(&config.pipeline, exporters);
+    let (pipeline, tasks) = Pipeline::start(&config.pipeline, exporters)?;
     let ingest_base = Ingest::new(Arc::clone(&pipeline));
     let auth = AuthLayerState::with_quotas(&config.receiver.auth.all_tokens(), crate::quota::Quotas::from_config(&config.receiver.auth));
     let throttle = Throttle::start(&config.receiver.throttle, &config.receiver.auth);
+    if let Some(d) = pipeline.disk() {
+        throttle.manager.set_disk(Arc::clone(d));
+    }
     throttle.manager.set_config_hash(config.hash());
     let ingest = ingest_base.with_priorities(Arc::clone(&throttle.manager)).with_item_quotas(auth.clone());
     let mut routes = RouteRegistry::new();
@@ -141,11 +147,8 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     }
 
     let ready = Arc::new(AtomicBool::new(false));
-    let admin_router = admin::router(admin::AdminState { prometheus, ready: Arc::clone(&ready) }).merge(crate::throttle::debug::router(
-        Arc::clone(&throttle.manager),
-        throttle.reader.clone(),
-        Arc::clone(&throttle.admission),
-    ));
+    let admin_router = admin::router(admin::AdminState { prometheus, ready: Arc::clone(&ready), queue: pipeline.disk().cloned() })
+        .merge(crate::throttle::debug::router(Arc::clone(&throttle.manager), throttle.reader.clone(), Arc::clone(&throttle.admission)));
     let admin = server::serve(server::Listen::new("admin", &config.admin.endpoint), admin_router).await?;
     tracing::info!(addr = %admin.local_addr, "admin listening");
     ready.store(true, Ordering::Release);

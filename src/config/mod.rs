@@ -14,7 +14,7 @@ pub use exporter::{
     BlackholeExporterConfig, DebugExporterConfig, ExporterConfig, FileExporterConfig, OtlpExporterConfig, OtlpHttpExporterConfig,
     RetryConfig,
 };
-pub use pipeline::{BatchConfig, PipelineConfig, QueueConfig};
+pub use pipeline::{BatchConfig, DiskConfig, PipelineConfig, QueueConfig, SyncMode};
 pub use receiver::{
     AuthConfig, ConnectionConfig, GrpcServerConfig, HttpServerConfig, RateConfig, ReceiverConfig, TenantConfig, TlsConfig,
     DEFAULT_H2_STREAM_WINDOW, MAX_H2_STREAM_WINDOW, MIN_H2_STREAM_WINDOW,
@@ -181,6 +181,21 @@ impl Config {
         }
         for (i, e) in self.exporters.iter().enumerate() {
             e.validate(&format!("exporters[{i}]"))?;
+        }
+        // With a disk queue each exporter's cursor is a file named after it.
+        if self.pipeline.queue.disk.is_some() {
+            let mut seen = std::collections::HashSet::new();
+            for (i, e) in self.exporters.iter().enumerate() {
+                if !seen.insert(e.name()) {
+                    return Err(ConfigError::invalid(
+                        format!("exporters[{i}].name"),
+                        format!(
+                            "`{}` is used twice; with pipeline.queue.disk every exporter needs its own name (its cursor file)",
+                            e.name()
+                        ),
+                    ));
+                }
+            }
         }
         Ok(())
     }

@@ -36,11 +36,58 @@ pub struct QueueConfig {
     pub retry_after: Duration,
     /// Share of `max_bytes` only `critical` traffic may use (seed 003 priorities).
     pub critical_reserve: f64,
+    /// A durable queue on disk; absent, the queue lives in memory (lost on a crash).
+    pub disk: Option<DiskConfig>,
 }
 
 impl Default for QueueConfig {
     fn default() -> Self {
-        QueueConfig { max_bytes: 64 * 1024 * 1024, retry_after: Duration::from_secs(1), critical_reserve: 0.2 }
+        QueueConfig { max_bytes: 64 * 1024 * 1024, retry_after: Duration::from_secs(1), critical_reserve: 0.2, disk: None }
+    }
+}
+
+/// When an appended record is flushed to stable storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncMode {
+    /// The success answer waits for the fsync that covers the request (group commit).
+    OnAck,
+    /// Answered once written to the file; fsync every `sync_interval`.
+    Interval,
+    /// Answered once written to the file; the OS flushes when it likes.
+    None,
+}
+
+/// `pipeline.queue.disk`: the durable queue.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiskConfig {
+    /// The queue's directory (created if missing; one weir per directory).
+    pub path: std::path::PathBuf,
+    /// What the queue may hold on disk; past it, requests are refused with 503.
+    pub max_bytes: u64,
+    /// A segment file is closed and a new one started past this size.
+    pub segment_bytes: u64,
+    /// `on_ack`, `interval` or `none`.
+    pub sync: SyncMode,
+    /// The fsync period of `sync: interval`.
+    #[serde(with = "humantime_serde")]
+    pub sync_interval: Duration,
+    /// Records older than this are dropped unsent (counted); 0 keeps them until exported.
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
+}
+
+impl Default for DiskConfig {
+    fn default() -> Self {
+        DiskConfig {
+            path: std::path::PathBuf::from("/var/lib/weir/queue"),
+            max_bytes: 10 << 30,
+            segment_bytes: 64 << 20,
+            sync: SyncMode::OnAck,
+            sync_interval: Duration::from_millis(100),
+            max_age: Duration::ZERO,
+        }
     }
 }
 
@@ -92,6 +139,20 @@ impl PipelineConfig {
         }
         if self.shutdown_timeout.is_zero() {
             return Err(ConfigError::invalid("pipeline.shutdown_timeout", "must be > 0"));
+        }
+        if let Some(d) = &self.queue.disk {
+            if d.path.as_os_str().is_empty() {
+                return Err(ConfigError::invalid("pipeline.queue.disk.path", "must not be empty"));
+            }
+            if d.segment_bytes < 1 << 20 || d.segment_bytes > 1 << 30 {
+                return Err(ConfigError::invalid("pipeline.queue.disk.segment_bytes", "must be in [1 MiB, 1 GiB]"));
+            }
+            if d.max_bytes < 2 * d.segment_bytes {
+                return Err(ConfigError::invalid("pipeline.queue.disk.max_bytes", "must be at least two segments (2 x segment_bytes)"));
+            }
+            if d.sync == SyncMode::Interval && d.sync_interval.is_zero() {
+                return Err(ConfigError::invalid("pipeline.queue.disk.sync_interval", "must be > 0 with sync: interval"));
+            }
         }
         Ok(())
     }

@@ -74,6 +74,9 @@ pub struct ThresholdsConfig {
     pub cpu: SlotConfig,
     /// Memory: slow = fast = the raw working-set ratio.
     pub mem: SlotConfig,
+    /// The disk queue's fill (bytes on disk / `pipeline.queue.disk.max_bytes`); takes no
+    /// part without a disk queue.
+    pub disk: SlotConfig,
 }
 
 /// One threshold slot.
@@ -217,6 +220,7 @@ impl Default for ThresholdsConfig {
         ThresholdsConfig {
             cpu: SlotConfig { enabled: true, enter: 0.80, exit: 0.70, hard: 0.90, breach_n: 3 },
             mem: SlotConfig { enabled: true, enter: 0.85, exit: 0.78, hard: 0.92, breach_n: 1 },
+            disk: SlotConfig { enabled: true, enter: 0.80, exit: 0.70, hard: 0.95, breach_n: 1 },
         }
     }
 }
@@ -274,7 +278,7 @@ impl ThrottleConfig {
         if !fallback_ok {
             return Err(ConfigError::invalid(key("signal.fallback_cores"), "must be >= 0 (0 = the CPUs weir may run on)"));
         }
-        for (name, s) in [("cpu", &self.thresholds.cpu), ("mem", &self.thresholds.mem)] {
+        for (name, s) in [("cpu", &self.thresholds.cpu), ("mem", &self.thresholds.mem), ("disk", &self.thresholds.disk)] {
             let k = key(&format!("thresholds.{name}"));
             if s.breach_n < 1 {
                 return Err(ConfigError::invalid(format!("{k}.breach_n"), "must be >= 1"));

@@ -34,7 +34,7 @@ impl OtlpHttpExporter {
             req = req.header(CONTENT_ENCODING, "gzip");
         }
         match req.send().await {
-            Err(e) => Attempt::Retry { after: None, message: format!("transport: {e}") },
+            Err(e) => Attempt::Retry { after: None, message: format!("transport: {}", error_chain(&e)) },
             Ok(resp) => {
                 let status = resp.status().as_u16();
                 if (200..300).contains(&status) {
@@ -76,4 +76,17 @@ impl Exporter for OtlpHttpExporter {
             r
         })
     }
+}
+
+/// An error with its causes ("error sending request: connection refused"): reqwest's own
+/// message alone does not say what failed.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
 }

@@ -2,7 +2,7 @@
 
 use super::queue::BytesPermit;
 use super::Queued;
-use crate::exporter::Exporter;
+use crate::exporter::{ExportError, Exporter};
 use crate::signal::{Payload, Signal};
 use crate::telemetry::names;
 use std::sync::Arc;
@@ -19,6 +19,35 @@ pub struct Batch {
     /// Item count.
     pub items: usize,
     _permits: Vec<BytesPermit>,
+    /// With the disk queue: what to acknowledge when the export has ended.
+    ack: Option<Ack>,
+}
+
+impl Batch {
+    /// A batch read from the disk queue, acknowledged with `ack` once its export ends.
+    pub fn durable(payload: Payload, items: usize, permits: Vec<BytesPermit>, ack: Ack) -> Self {
+        Batch { payload, items, _permits: permits, ack: Some(ack) }
+    }
+}
+
+/// A batch's place in its exporter's acknowledgement window (disk queue). Finished
+/// explicitly, never on drop: a batch dropped unexported (shutdown) stays unacknowledged
+/// and is sent again after the next start.
+#[derive(Debug)]
+pub struct Ack {
+    window: Arc<super::disk::reader::AckWindow>,
+    seq: u64,
+}
+
+impl Ack {
+    /// The batch `seq` of `window`.
+    pub fn new(window: Arc<super::disk::reader::AckWindow>, seq: u64) -> Self {
+        Ack { window, seq }
+    }
+
+    fn finish(&self) {
+        self.window.finish(self.seq);
+    }
 }
 
 /// Groups payloads of one signal until `max_items` or `timeout`.
@@ -68,7 +97,7 @@ impl Batcher {
         };
         if let Some((payload, permit)) = payload {
             self.flush().await;
-            self.open = Some((Batch { payload, items, _permits: vec![permit] }, Instant::now() + self.timeout));
+            self.open = Some((Batch { payload, items, _permits: vec![permit], ack: None }, Instant::now() + self.timeout));
         }
         let full = self.open.as_ref().is_some_and(|(b, _)| b.items >= self.max_items || b.payload.signal() == Signal::Profiles);
         if full {
@@ -101,15 +130,28 @@ pub async fn export_worker(
         let next = rx.lock().await.recv().await;
         let Some(batch) = next else { break };
         let signal = batch.payload.signal().as_str();
-        match exporter.export(&batch.payload).await {
-            Ok(()) => {
-                metrics::counter!(names::ITEMS_EXPORTED, "signal" => signal, "exporter" => name.clone()).increment(batch.items as u64);
+        loop {
+            match exporter.export(&batch.payload).await {
+                Ok(()) => {
+                    metrics::counter!(names::ITEMS_EXPORTED, "signal" => signal, "exporter" => name.clone()).increment(batch.items as u64);
+                }
+                // On disk the batch is safe: a backend that stays down is waited for (the
+                // backlog builds on disk; `max_age` bounds how old it may get).
+                Err(e @ ExportError::RetriesExhausted { .. }) if batch.ack.is_some() => {
+                    tracing::warn!(exporter = %name, signal, items = batch.items, error = %e, "export still failing; the batch stays on disk and is tried again");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(exporter = %name, signal, items = batch.items, error = %e, "export failed; items dropped");
+                    metrics::counter!(names::ITEMS_DROPPED, "signal" => signal, "exporter" => name.clone(), "reason" => e.reason())
+                        .increment(batch.items as u64);
+                }
             }
-            Err(e) => {
-                tracing::warn!(exporter = %name, signal, items = batch.items, error = %e, "export failed; items dropped");
-                metrics::counter!(names::ITEMS_DROPPED, "signal" => signal, "exporter" => name.clone(), "reason" => e.reason())
-                    .increment(batch.items as u64);
-            }
+            break;
+        }
+        if let Some(ack) = &batch.ack {
+            ack.finish();
         }
     }
     if remaining.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {

@@ -2,6 +2,7 @@
 //! groups them; every exporter gets every batch. See [`queue`] for the bound.
 
 pub mod batch;
+pub mod disk;
 pub mod queue;
 
 use crate::exporter::Exporter;
@@ -30,6 +31,16 @@ pub enum SubmitError {
     /// The gateway is shutting down.
     #[error("weir is shutting down")]
     ShuttingDown,
+    /// The disk queue is full or could not write; nothing of the request was stored.
+    #[error("{message}")]
+    Disk {
+        /// What happened.
+        message: String,
+        /// Suggested delay.
+        retry_after: Duration,
+        /// `disk_full` or `disk_error`.
+        reason: &'static str,
+    },
 }
 
 impl SubmitError {
@@ -38,6 +49,7 @@ impl SubmitError {
         match self {
             SubmitError::QueueFull { .. } => "queue_full",
             SubmitError::ShuttingDown => "shutting_down",
+            SubmitError::Disk { reason, .. } => reason,
         }
     }
 }
@@ -62,26 +74,51 @@ pub struct Pipeline {
     senders: RwLock<Option<[mpsc::UnboundedSender<Queued>; 4]>>,
     retry_after: Duration,
     non_critical_limit: usize,
+    /// The durable queue, when configured: requests are appended to it, and each
+    /// exporter reads it.
+    disk: Option<Arc<disk::DiskQueue>>,
 }
 
 /// The running stages, for shutdown.
 pub struct PipelineTasks {
     batchers: Vec<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
+    exporters: Vec<Arc<dyn Exporter>>,
 }
 
 impl Pipeline {
-    /// Starts one batcher per signal and one worker per exporter.
-    pub fn start(config: &crate::config::PipelineConfig, exporters: Vec<Arc<dyn Exporter>>) -> (Arc<Pipeline>, PipelineTasks) {
+    /// Starts one batcher per signal and one worker per exporter; with a disk queue, one
+    /// reader per exporter instead of the batchers. Fails only when the disk queue cannot
+    /// be opened.
+    pub fn start(
+        config: &crate::config::PipelineConfig,
+        exporters: Vec<Arc<dyn Exporter>>,
+    ) -> Result<(Arc<Pipeline>, PipelineTasks), disk::OpenError> {
         let budget = ByteBudget::new(config.queue.max_bytes);
+        let all_exporters = exporters.clone();
+        let disk = match &config.queue.disk {
+            Some(d) => {
+                let names: Vec<String> = exporters.iter().map(|e| e.name().to_string()).collect();
+                Some(disk::DiskQueue::open(d, &names, config.queue.critical_reserve)?)
+            }
+            None => None,
+        };
         // Two batches may wait per exporter: enough to overlap, small enough that a slow
         // exporter pushes back into the byte budget quickly.
         let mut exporter_txs = Vec::new();
         let mut workers = Vec::new();
         let n = config.export_workers.max(1);
-        for exporter in exporters {
+        let n_exporters = exporters.len().max(1);
+        for (i, exporter) in exporters.into_iter().enumerate() {
             let (tx, rx) = mpsc::channel::<Arc<Batch>>(n * 2);
-            exporter_txs.push(tx);
+            match &disk {
+                // Each reader reads ahead at most its share of the memory budget.
+                Some(q) => q.start_reader(i, &config.batch, config.queue.max_bytes / n_exporters, tx).map_err(|e| disk::OpenError {
+                    path: config.queue.disk.as_ref().map(|d| d.path.display().to_string()).unwrap_or_default(),
+                    message: format!("cannot start a reader thread: {e}"),
+                })?,
+                None => exporter_txs.push(tx),
+            }
             // `export_workers` exports in flight per exporter, sharing one channel, so a
             // round trip to the upstream does not serialise the whole pipeline.
             let rx = Arc::new(tokio::sync::Mutex::new(rx));
@@ -91,22 +128,27 @@ impl Pipeline {
             }
         }
         let mut batchers = Vec::new();
-        let senders = Signal::ALL.map(|signal| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            let batcher = Batcher::new(signal, config.batch.max_items, config.batch.timeout, exporter_txs.clone());
-            batchers.push(tokio::spawn(batcher.run(rx)));
-            tx
+        let senders = disk.is_none().then(|| {
+            Signal::ALL.map(|signal| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let batcher = Batcher::new(signal, config.batch.max_items, config.batch.timeout, exporter_txs.clone());
+                batchers.push(tokio::spawn(batcher.run(rx)));
+                tx
+            })
         });
         let non_critical_limit = (config.queue.max_bytes as f64 * (1.0 - config.queue.critical_reserve)) as usize;
         let pipeline =
-            Arc::new(Pipeline { budget, senders: RwLock::new(Some(senders)), retry_after: config.queue.retry_after, non_critical_limit });
-        (pipeline, PipelineTasks { batchers, workers })
+            Arc::new(Pipeline { budget, senders: RwLock::new(senders), retry_after: config.queue.retry_after, non_critical_limit, disk });
+        Ok((pipeline, PipelineTasks { batchers, workers, exporters: all_exporters }))
     }
 
     /// Whether a payload of about `bytes` would find no room now (the check a receiver
     /// makes before reading a body, so a request the queue would refuse is not decoded
     /// first): `critical` payloads may use the whole budget, others all but its reserve.
     pub fn would_refuse(&self, bytes: usize, critical: bool) -> bool {
+        if let Some(d) = &self.disk {
+            return d.would_refuse(bytes as u64, critical);
+        }
         let limit = if critical { self.budget.max() } else { self.non_critical_limit };
         self.budget.used().saturating_add(bytes) > limit
     }
@@ -116,15 +158,36 @@ impl Pipeline {
         self.retry_after
     }
 
-    /// Accepts a payload or says why not. Never waits.
-    pub fn submit(&self, payload: Payload) -> Result<(), SubmitError> {
-        self.submit_as(payload, true)
+    /// Accepts a payload or says why not.
+    pub async fn submit(&self, payload: Payload) -> Result<(), SubmitError> {
+        self.submit_as(payload, true, None).await
     }
 
-    /// Accepts a payload; non-`critical` payloads may not use the last
+    /// The disk queue, if configured.
+    pub fn disk(&self) -> Option<&Arc<disk::DiskQueue>> {
+        self.disk.as_ref()
+    }
+
+    /// Accepts a payload from `tenant`; non-`critical` payloads may not use the last
     /// `critical_reserve` share of the budget, so critical traffic still finds room when
-    /// the queue is nearly full.
-    pub fn submit_as(&self, payload: Payload, critical: bool) -> Result<(), SubmitError> {
+    /// the queue is nearly full. In memory it never waits; with a disk queue it resolves
+    /// once the request is stored as `sync` promises.
+    pub async fn submit_as(&self, payload: Payload, critical: bool, tenant: Option<&str>) -> Result<(), SubmitError> {
+        if let Some(d) = &self.disk {
+            return d.append(&payload, critical, tenant).await.map_err(|e| match e {
+                disk::AppendError::Closed => SubmitError::ShuttingDown,
+                disk::AppendError::Full { .. } => {
+                    SubmitError::Disk { message: e.to_string(), retry_after: self.retry_after, reason: "disk_full" }
+                }
+                disk::AppendError::Io(_) => {
+                    SubmitError::Disk { message: e.to_string(), retry_after: self.retry_after, reason: "disk_error" }
+                }
+            });
+        }
+        self.submit_memory(payload, critical)
+    }
+
+    fn submit_memory(&self, payload: Payload, critical: bool) -> Result<(), SubmitError> {
         let senders = self.senders.read().unwrap_or_else(|e| e.into_inner());
         let Some(senders) = senders.as_ref() else {
             return Err(SubmitError::ShuttingDown);
@@ -141,9 +204,12 @@ impl Pipeline {
         senders[signal.index()].send(Queued { payload, items, permit }).map_err(|_| SubmitError::ShuttingDown)
     }
 
-    /// Bytes held by the pipeline now.
+    /// Bytes held by the pipeline now (on disk, with a disk queue).
     pub fn queued_bytes(&self) -> usize {
-        self.budget.used()
+        match &self.disk {
+            Some(d) => d.bytes() as usize,
+            None => self.budget.used(),
+        }
     }
 
     /// Stops accepting; the stages drain what they hold.
@@ -156,6 +222,18 @@ impl PipelineTasks {
     /// Closes the pipeline, flushes every batch and waits for the exporters, up to
     /// `deadline`. Items still held when it passes are counted as dropped.
     pub async fn shutdown(self, pipeline: Arc<Pipeline>, deadline: Duration) {
+        if let Some(d) = pipeline.disk() {
+            // The data is on disk: exports in flight get a moment to end (fewer sent
+            // twice), then everything stops; the next start sends the rest.
+            d.shutdown(deadline.min(Duration::from_secs(2))).await;
+            for w in &self.workers {
+                w.abort();
+            }
+            for e in &self.exporters {
+                e.shutdown().await;
+            }
+            return;
+        }
         pipeline.close();
         let budget = Arc::clone(&pipeline.budget);
         let all = async {

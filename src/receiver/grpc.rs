@@ -30,14 +30,16 @@ struct Export {
 }
 
 impl Export {
-    fn handle(&self, req: Request<Bytes>) -> Result<Response<Bytes>, Status> {
+    async fn handle(&self, req: Request<Bytes>) -> Result<Response<Bytes>, Status> {
         let started = Instant::now();
         let tenant = req.extensions().get::<Tenant>().cloned();
         let signal = self.signal;
         let body = req.into_inner();
         metrics::counter!(names::REQUEST_BYTES, "protocol" => "grpc", "signal" => signal.as_str()).increment(body.len() as u64);
-        let result =
-            decode::from_protobuf(signal, body).and_then(|payload| self.ingest.accept_from(payload, Protocol::Grpc, tenant.as_ref()));
+        let result = match decode::from_protobuf(signal, body) {
+            Ok(payload) => self.ingest.accept_from(payload, Protocol::Grpc, tenant.as_ref()).await,
+            Err(e) => Err(e),
+        };
         match result {
             Ok(rejected) => {
                 count_request(Protocol::Grpc, signal.as_str(), "accepted", tenant.as_ref(), started.elapsed());
@@ -63,7 +65,7 @@ impl tonic::server::UnaryService<Bytes> for Export {
 
     fn call(&mut self, req: Request<Bytes>) -> Self::Future {
         let this = self.clone();
-        Box::pin(async move { this.handle(req) })
+        Box::pin(async move { this.handle(req).await })
     }
 }
 

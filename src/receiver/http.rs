@@ -138,7 +138,7 @@ async fn handle(
     let body = read_body(req.into_body(), st.max_body).await?;
     metrics::counter!(names::REQUEST_BYTES, "protocol" => "http", "signal" => signal.as_str()).increment(body.len() as u64);
     let payload = decode::decode(signal, format, body)?;
-    let rejected = st.ingest.accept_from(payload, Protocol::Http, tenant)?;
+    let rejected = st.ingest.accept_from(payload, Protocol::Http, tenant).await?;
     Ok((format, rejected))
 }
 

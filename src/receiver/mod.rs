@@ -103,7 +103,7 @@ impl Ingest {
     /// Submits a decoded payload from `tenant`; items are counted received, then
     /// accepted or rejected. Returns how many items the tenant's item quota refused
     /// (reported to the client as partial success).
-    pub fn accept_from(&self, mut payload: Payload, protocol: Protocol, tenant: Option<&Tenant>) -> Result<u64, ApiError> {
+    pub async fn accept_from(&self, mut payload: Payload, protocol: Protocol, tenant: Option<&Tenant>) -> Result<u64, ApiError> {
         let mut over_quota = 0u64;
         if let (Some(q), Some(t)) = (&self.quotas, tenant) {
             let n = payload.item_count();
@@ -125,7 +125,7 @@ impl Ingest {
         let signal = payload.signal().as_str();
         let items = payload.item_count() as u64;
         metrics::counter!(names::ITEMS_RECEIVED, "protocol" => protocol.as_str(), "signal" => signal).increment(items);
-        match self.pipeline.submit_as(payload, critical) {
+        match self.pipeline.submit_as(payload, critical, tenant.map(|t| &*t.0)).await {
             Ok(()) => {
                 metrics::counter!(names::ITEMS_ACCEPTED, "signal" => signal).increment(items);
                 Ok(over_quota)
@@ -133,7 +133,9 @@ impl Ingest {
             Err(e) => {
                 metrics::counter!(names::ITEMS_REJECTED, "signal" => signal, "reason" => e.reason()).increment(items);
                 Err(match e {
-                    SubmitError::QueueFull { retry_after, .. } => ApiError::QueueFull { message: e.to_string(), retry_after },
+                    SubmitError::QueueFull { retry_after, .. } | SubmitError::Disk { retry_after, .. } => {
+                        ApiError::QueueFull { message: e.to_string(), retry_after }
+                    }
                     SubmitError::ShuttingDown => ApiError::ShuttingDown,
                 })
             }

@@ -123,7 +123,7 @@ async fn handle(ingest: &Ingest, max_body: usize, req: Request<Body>) -> Result<
         WriteRequest::decode(plain.as_slice()).map_err(|e| ApiError::BadRequest(format!("cannot decode prometheus.WriteRequest: {e}")))?;
     let otlp = to_otlp(&wr)?;
     // Remote write has no partial success: items over a quota are counted as rejected.
-    ingest.accept_from(super::decode::compact(Payload::Metrics(otlp)), Protocol::Http, tenant.as_ref()).map(|_| ())
+    ingest.accept_from(super::decode::compact(Payload::Metrics(otlp)), Protocol::Http, tenant.as_ref()).await.map(|_| ())
 }
 
 /// The handler for both paths: 204 on success.

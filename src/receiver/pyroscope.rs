@@ -114,7 +114,7 @@ async fn ingest_inner(ingest: &Ingest, max_body: usize, req: Request<Body>) -> R
         "pprof" => pprof_payload(&body, max_body, res)?,
         other => return Err(ApiError::BadRequest(format!("format `{other}` is not supported (folded, pprof)"))),
     };
-    ingest.accept_from(payload, Protocol::Http, tenant.as_ref()).map(|_| ())
+    ingest.accept_from(payload, Protocol::Http, tenant.as_ref()).await.map(|_| ())
 }
 
 /// Push API request bodies, protobuf or connect JSON.
@@ -165,7 +165,7 @@ async fn push_inner(ingest: &Ingest, max_body: usize, req: Request<Body>, json: 
     }
     let n = payloads.len();
     for p in payloads {
-        ingest.accept_from(p, Protocol::Http, tenant.as_ref())?;
+        ingest.accept_from(p, Protocol::Http, tenant.as_ref()).await?;
     }
     Ok(n)
 }

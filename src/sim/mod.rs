@@ -406,6 +406,7 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                         quota_set: true,
                         mem_working_set: Some(mem as u64),
                         mem_limit: Some(p.mem_limit as u64),
+                        disk_fill: None,
                     },
                 );
                 snap.class_share = shares;

@@ -15,6 +15,8 @@ pub struct AdminState {
     pub prometheus: PrometheusHandle,
     /// False until the receivers listen, and again once shutdown starts.
     pub ready: Arc<AtomicBool>,
+    /// The disk queue, for `/debug/queue`.
+    pub queue: Option<Arc<crate::pipeline::disk::DiskQueue>>,
 }
 
 /// The admin routes; other modules may merge their own (e.g. `/debug/throttle`).
@@ -23,12 +25,22 @@ pub fn router(state: AdminState) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/debug/queue", get(queue))
         .with_state(state)
 }
 
 async fn metrics(State(s): State<AdminState>) -> ([(axum::http::HeaderName, &'static str); 1], String) {
     s.prometheus.run_upkeep();
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.prometheus.render())
+}
+
+/// The disk queue's state (404 without one).
+async fn queue(State(s): State<AdminState>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match &s.queue {
+        Some(q) => axum::Json(q.debug()).into_response(),
+        None => (StatusCode::NOT_FOUND, "no disk queue (pipeline.queue.disk is not set)\n").into_response(),
+    }
 }
 
 async fn readyz(State(s): State<AdminState>) -> (StatusCode, &'static str) {

@@ -36,3 +36,29 @@ pub const H2_GOAWAYS: &str = "weir_receiver_h2_goaways_total";
 /// Connections weir closed on its own, by `server` and `reason` (header_timeout, idle,
 /// keepalive_timeout, evicted).
 pub const CONNECTIONS_CLOSED: &str = "weir_receiver_connections_closed_total";
+/// Bytes the durable queue holds on disk (all segments).
+pub const DISK_BYTES: &str = "weir_queue_disk_bytes";
+/// Records on disk not yet acknowledged by every exporter.
+pub const DISK_RECORDS: &str = "weir_queue_disk_records";
+/// Segment files on disk.
+pub const DISK_SEGMENTS: &str = "weir_queue_disk_segments";
+/// Age of the oldest record some exporter has not acknowledged, seconds.
+pub const DISK_OLDEST_AGE: &str = "weir_queue_oldest_record_age_seconds";
+/// Records an exporter has not acknowledged yet, by `exporter`.
+pub const DISK_LAG_RECORDS: &str = "weir_queue_exporter_lag_records";
+/// Bytes appended to the disk queue.
+pub const DISK_APPENDED_BYTES: &str = "weir_queue_appended_bytes_total";
+/// fsync time of the disk queue, seconds.
+pub const DISK_FSYNC: &str = "weir_queue_fsync_duration_seconds";
+/// Records written per write+fsync (group commit size).
+pub const DISK_GROUP: &str = "weir_queue_group_commit_records";
+/// Items read back from records an earlier run wrote, by `exporter` (sent again after a
+/// restart: an upper bound on duplicates).
+pub const DISK_REPLAYED: &str = "weir_queue_replayed_items_total";
+/// Records skipped for a failed checksum or a bad header, by `exporter` (`recovery` for the
+/// start-up scan).
+pub const DISK_CORRUPT: &str = "weir_queue_corrupt_records_total";
+/// Disk queue write or fsync failures, by `kind` (no_space, io).
+pub const DISK_WRITE_ERRORS: &str = "weir_queue_write_errors_total";
+/// Cursor files that were missing or damaged and rebuilt, by `exporter`.
+pub const DISK_CURSOR_RESETS: &str = "weir_queue_cursor_resets_total";

@@ -47,7 +47,7 @@ async fn handler(State(s): State<DebugState>) -> Json<serde_json::Value> {
         "mem_limit_bytes": snap.level.mem_limit_bytes,
         "intensity": snap.intensity,
         "states": states,
-        "thresholds": {"cpu": c.thresholds.cpu, "mem": c.thresholds.mem},
+        "thresholds": {"cpu": c.thresholds.cpu, "mem": c.thresholds.mem, "disk": c.thresholds.disk},
         "rules": rules,
         "retry_delay_seconds": {"shed": snap.delays.shed.as_secs_f64(), "open": snap.delays.open.as_secs_f64()},
         "sample_interval_seconds": c.sample_interval.as_secs_f64(),

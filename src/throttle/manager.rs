@@ -200,6 +200,8 @@ pub struct ThrottleManager {
     snapshot: ArcSwap<Snapshot>,
     /// Arrivals per priority class, rolled into each snapshot by the sampler.
     pub mix: ClassMix,
+    /// The disk queue, whose fill is a water level.
+    disk: std::sync::OnceLock<Arc<crate::pipeline::disk::DiskQueue>>,
 }
 
 impl ThrottleManager {
@@ -210,7 +212,18 @@ impl ThrottleManager {
             config_hash: Default::default(),
             snapshot: ArcSwap::from_pointee(Snapshot::idle()),
             mix: ClassMix::default(),
+            disk: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Watches `queue`'s fill as the `disk` water level.
+    pub fn set_disk(&self, queue: Arc<crate::pipeline::disk::DiskQueue>) {
+        let _ = self.disk.set(queue);
+    }
+
+    /// The disk queue's fill ratio, when there is one.
+    pub fn disk_fill(&self) -> Option<f64> {
+        self.disk.get().map(|q| q.fill())
     }
 
     /// With per-tenant priorities (from `receiver.auth.tenants`).

@@ -32,6 +32,9 @@ pub fn set_thresholds(c: &ThrottleConfig) {
         ("mem_enter", c.thresholds.mem.enter),
         ("mem_exit", c.thresholds.mem.exit),
         ("mem_hard", c.thresholds.mem.hard),
+        ("disk_enter", c.thresholds.disk.enter),
+        ("disk_exit", c.thresholds.disk.exit),
+        ("disk_hard", c.thresholds.disk.hard),
     ] {
         ::metrics::gauge!(WATER_LEVEL, "kind" => kind).set(v);
     }
@@ -44,6 +47,9 @@ pub fn publish(s: &Snapshot) {
     ::metrics::gauge!(WATER_LEVEL, "kind" => "cpu_slow").set(l.cpu_slow);
     ::metrics::gauge!(WATER_LEVEL, "kind" => "cpu_fast").set(l.cpu_fast);
     ::metrics::gauge!(WATER_LEVEL, "kind" => "mem").set(if l.mem_valid { l.mem } else { f64::NAN });
+    if l.disk_valid {
+        ::metrics::gauge!(WATER_LEVEL, "kind" => "disk").set(l.disk);
+    }
     ::metrics::gauge!(WATER_LEVEL, "kind" => "cpu_enter_effective").set(s.cpu_enter);
     ::metrics::gauge!(WATER_LEVEL, "kind" => "cpu_knee_learned").set(s.knee.unwrap_or(f64::NAN));
     for signal in Signal::ALL {

@@ -49,6 +49,10 @@ pub struct WaterLevel {
     pub mem_working_set_bytes: u64,
     /// The memory limit, if any.
     pub mem_limit_bytes: Option<u64>,
+    /// The disk queue's fill ratio.
+    pub disk: f64,
+    /// False without a disk queue.
+    pub disk_valid: bool,
 }
 
 thread_local! {

@@ -49,6 +49,18 @@ pub fn derive_delays(config: &ThrottleConfig, level: &WaterLevel) -> Delays {
             open = open.max(n);
         }
     }
+    let disk = &config.thresholds.disk;
+    if disk.enabled && level.disk_valid {
+        // The disk drains at the exporters' pace, which the throttle does not know: the
+        // same few samples as memory.
+        let n = f64::from(disk.breach_n) + 4.0;
+        if level.disk > disk.exit {
+            shed = shed.max(n);
+        }
+        if level.disk >= disk.hard {
+            open = open.max(n);
+        }
+    }
     Delays { shed: Duration::from_secs_f64(shed * interval), open: Duration::from_secs_f64(open.max(shed) * interval) }
 }
 
@@ -76,6 +88,8 @@ mod tests {
             quota_set: true,
             mem_working_set_bytes: 0,
             mem_limit_bytes: Some(1),
+            disk: 0.0,
+            disk_valid: false,
         }
     }
 

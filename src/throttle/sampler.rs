@@ -79,6 +79,8 @@ pub struct Readings {
     pub mem_working_set: Option<u64>,
     /// Memory limit, when there is one.
     pub mem_limit: Option<u64>,
+    /// The disk queue's fill ratio, when there is a disk queue.
+    pub disk_fill: Option<f64>,
 }
 
 impl Stepper {
@@ -90,7 +92,8 @@ impl Stepper {
     /// With a knee learner whose line lowers the CPU enter line; `origin` is the time
     /// base the learner's clock counts from.
     pub fn with_knee(config: &ThrottleConfig, knee: Option<Arc<crate::admission::knee::KneeLearner>>, origin: Instant) -> Self {
-        let slots = || vec![StateSlot::new(config.thresholds.cpu), StateSlot::new(config.thresholds.mem)];
+        let t = &config.thresholds;
+        let slots = || vec![StateSlot::new(t.cpu), StateSlot::new(t.mem), StateSlot::new(t.disk)];
         Stepper {
             cpu: CpuSignal::new(config.signal.cpu_slow_beta, config.signal.cpu_fast_beta),
             machines: [RecordState::new(slots()), RecordState::new(slots()), RecordState::new(slots()), RecordState::new(slots())],
@@ -107,6 +110,7 @@ impl Stepper {
         for m in &mut self.machines {
             m.set_slot_config(0, config.thresholds.cpu);
             m.set_slot_config(1, config.thresholds.mem);
+            m.set_slot_config(2, config.thresholds.disk);
         }
         self.config = config.clone();
     }
@@ -135,6 +139,8 @@ impl Stepper {
             quota_set: r.quota_set,
             mem_working_set_bytes: r.mem_working_set.unwrap_or(0),
             mem_limit_bytes: r.mem_limit,
+            disk: r.disk_fill.unwrap_or(0.0),
+            disk_valid: r.disk_fill.is_some(),
         };
         // The knee learner may pull the CPU enter line down (never up); the exit line
         // follows so the hysteresis band keeps its width.
@@ -145,7 +151,12 @@ impl Stepper {
         for m in &mut self.machines {
             m.set_lines(0, cpu_enter, cpu_exit);
         }
-        let inputs = [SlotInput { slow: cpu_slow, fast: cpu_fast, valid: cpu_valid }, SlotInput { slow: mem, fast: mem, valid: mem_valid }];
+        let (disk, disk_valid) = (level.disk, level.disk_valid);
+        let inputs = [
+            SlotInput { slow: cpu_slow, fast: cpu_fast, valid: cpu_valid },
+            SlotInput { slow: mem, fast: mem, valid: mem_valid },
+            SlotInput { slow: disk, fast: disk, valid: disk_valid },
+        ];
         let states = Signal::ALL.map(|s| self.machines[s.index()].step(&inputs));
         let intensity = self.machines[0].intensity(&inputs);
         let m = self.config.thresholds.mem;
@@ -234,6 +245,7 @@ pub async fn run(
             quota_set: cap.quota_set,
             mem_working_set: mem.map(|m| m.working_set),
             mem_limit: mem.and_then(|m| m.limit),
+            disk_fill: manager.disk_fill(),
         };
         let mut snapshot = stepper.step(Instant::now(), readings);
         snapshot.class_share = manager.mix.roll();
@@ -277,7 +289,14 @@ mod tests {
     #[test]
     fn memory_without_limit_is_invalid_not_a_ratio() {
         let mut st = Stepper::new(&ThrottleConfig::default());
-        let r = Readings { cpu_usage_nanos: Some(0), cores: 1.0, quota_set: true, mem_working_set: Some(10 << 30), mem_limit: None };
+        let r = Readings {
+            cpu_usage_nanos: Some(0),
+            cores: 1.0,
+            quota_set: true,
+            mem_working_set: Some(10 << 30),
+            mem_limit: None,
+            disk_fill: None,
+        };
         let snap = st.step(Instant::now(), r);
         assert!(!snap.level.mem_valid);
         assert_eq!(snap.level.mem, 0.0);
@@ -298,8 +317,14 @@ mod reload_tests {
         c.thresholds.mem.breach_n = 1;
         let mut st = Stepper::new(&c);
         let t0 = Instant::now();
-        let r =
-            |mem: u64| Readings { cpu_usage_nanos: Some(0), cores: 1.0, quota_set: true, mem_working_set: Some(mem), mem_limit: Some(100) };
+        let r = |mem: u64| Readings {
+            cpu_usage_nanos: Some(0),
+            cores: 1.0,
+            quota_set: true,
+            mem_working_set: Some(mem),
+            mem_limit: Some(100),
+            disk_fill: None,
+        };
         let snap = st.step(t0, r(88));
         assert_eq!(snap.states[0], State::Shedding, "mem 0.88 > enter 0.85");
         // Raise the mem lines: still in the band (0.88 > new exit 0.80), so the state and

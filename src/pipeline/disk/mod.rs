@@ -1,0 +1,522 @@
+//! The durable queue (`pipeline.queue.disk`): every admitted request is appended to a
+//! segment file as one record before it is acknowledged, and each exporter reads the
+//! segments with a cursor of its own.
+//!
+//! - **Write path** ([`writer`]): one thread appends. Requests that arrive while it writes
+//!   or syncs make the next group: one `write` and (with `sync: on_ack`) one `fdatasync`
+//!   for the whole group, then every waiting request is answered.
+//! - **Read path** ([`reader`]): one thread per exporter reads records in id order,
+//!   batches them as the in-memory pipeline does, within the in-memory byte budget, and
+//!   hands the batches to that exporter's workers. A batch is acknowledged when its
+//!   export ends; the cursor (the id up to which every record is acknowledged) is written
+//!   to `cursors/<exporter>` (temp file, fsync, rename, directory fsync) at most every
+//!   100 ms. A segment is deleted only when every exporter's *written* cursor has passed
+//!   it, so a crash at any point finds each record either on disk or acknowledged.
+//! - **Start** ([`DiskQueue::open`]): the last segment is scanned and its torn tail cut;
+//!   a new segment is started; readers begin after their cursors (a missing or damaged
+//!   cursor starts at the oldest segment: sent again, never lost).
+//!
+//! Ids are dense, so lag in records is `last id - cursor`.
+
+pub mod reader;
+pub mod record;
+pub mod segment;
+mod writer;
+
+use crate::config::{DiskConfig, SyncMode};
+use crate::signal::Payload;
+use crate::telemetry::names;
+use bytes::Bytes;
+use record::Prepared;
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio::sync::{oneshot, watch};
+
+/// Why a request was not appended.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum AppendError {
+    /// The queue holds `pipeline.queue.disk.max_bytes` (or all but the critical reserve).
+    #[error("disk queue is full ({used} of {max} bytes); retry later")]
+    Full {
+        /// Bytes on disk.
+        used: u64,
+        /// The bound.
+        max: u64,
+    },
+    /// Writing or syncing failed; nothing of the request counts as stored.
+    #[error("disk queue write failed: {0}; retry later")]
+    Io(String),
+    /// The queue is closed (shutting down).
+    #[error("weir is shutting down")]
+    Closed,
+}
+
+/// A segment file.
+#[derive(Debug, Clone)]
+pub(crate) struct Seg {
+    first_id: u64,
+    path: PathBuf,
+    /// Bytes readers may read: all of a sealed segment, what is published of the active
+    /// (last) one.
+    len: u64,
+    /// The highest record id a reader found in it (noted when a reader leaves it).
+    max_id: u64,
+}
+
+/// The segment list; the last one is the active one.
+#[derive(Debug)]
+pub(crate) struct Segments {
+    list: VecDeque<Seg>,
+    /// The id the next record gets.
+    next_id: u64,
+}
+
+/// One exporter's cursor.
+#[derive(Debug)]
+pub(crate) struct CursorState {
+    name: String,
+    path: PathBuf,
+    /// Written to its file: every record up to this id is acknowledged.
+    persisted: AtomicU64,
+    /// The first id of the segment its reader is in.
+    reading: AtomicU64,
+    /// Its reader's acknowledgement window.
+    window: Arc<reader::AckWindow>,
+}
+
+impl CursorState {
+    /// Publishes this exporter's lag (records after its acknowledged id, up to `last_id`)
+    /// and the age of its oldest record in export.
+    fn gauges(&self, last_id: u64) {
+        let acked = self.window.acked().max(self.persisted.load(Ordering::Relaxed));
+        metrics::gauge!(names::DISK_LAG_RECORDS, "exporter" => self.name.clone()).set(last_id.saturating_sub(acked) as f64);
+        let age = self.window.oldest_ts_ms().map_or(0.0, |ts| now_ms().saturating_sub(ts) as f64 / 1000.0);
+        metrics::gauge!(names::DISK_OLDEST_AGE, "exporter" => self.name.clone()).set(age);
+    }
+}
+
+/// What the writer, the readers and the receivers share.
+pub(crate) struct Shared {
+    dir: PathBuf,
+    config: DiskConfig,
+    segs: Mutex<Segments>,
+    /// Bytes on disk (all segments).
+    bytes: AtomicU64,
+    /// Bumped when records are published (readers wait on it).
+    published: watch::Sender<u64>,
+    cursors: Vec<Arc<CursorState>>,
+    /// Records with smaller ids were written by an earlier run.
+    first_new_id: u64,
+    non_critical_limit: u64,
+}
+
+impl Shared {
+    /// The readable length of segment `first_id` and whether it is sealed (not the last);
+    /// `None` when it is gone.
+    fn seg_state(&self, first_id: u64) -> Option<(u64, bool)> {
+        let segs = self.segs.lock().unwrap_or_else(|e| e.into_inner());
+        let i = segs.list.iter().position(|s| s.first_id == first_id)?;
+        Some((segs.list[i].len, i + 1 < segs.list.len()))
+    }
+
+    /// The segment after `first_id`.
+    fn seg_after(&self, first_id: u64) -> Option<Seg> {
+        let segs = self.segs.lock().unwrap_or_else(|e| e.into_inner());
+        segs.list.iter().find(|s| s.first_id > first_id).cloned()
+    }
+
+    /// The segment that may hold the record after `cursor`.
+    fn seg_for(&self, cursor: u64) -> Option<Seg> {
+        let segs = self.segs.lock().unwrap_or_else(|e| e.into_inner());
+        segs.list.iter().rev().find(|s| s.first_id <= cursor.saturating_add(1)).or(segs.list.front()).cloned()
+    }
+
+    /// The id of the newest record (0: none yet).
+    fn last_id(&self) -> u64 {
+        self.segs.lock().unwrap_or_else(|e| e.into_inner()).next_id - 1
+    }
+
+    /// A reader leaves segment `first_id`, whose highest record id was `max_id`, for
+    /// segment `next`.
+    fn leave(&self, cursor: &CursorState, first_id: u64, max_id: u64, next: u64) {
+        {
+            let mut segs = self.segs.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(s) = segs.list.iter_mut().find(|s| s.first_id == first_id) {
+                s.max_id = s.max_id.max(max_id);
+            }
+        }
+        cursor.reading.store(next, Ordering::Release);
+    }
+
+    /// Deletes the segments every exporter's written cursor has passed, oldest first: a
+    /// segment goes when every reader has left it and every written cursor covers both
+    /// the highest id read from it and the id before the next segment's first.
+    fn gc(&self) {
+        let Some(min) = self.cursors.iter().map(|c| c.persisted.load(Ordering::Acquire)).min() else { return };
+        let Some(left) = self.cursors.iter().map(|c| c.reading.load(Ordering::Acquire)).min() else { return };
+        let mut segs = self.segs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut removed = false;
+        while segs.list.len() >= 2 && left > segs.list[0].first_id && segs.list[1].first_id - 1 <= min && segs.list[0].max_id <= min {
+            let Some(s) = segs.list.pop_front() else { break };
+            match std::fs::remove_file(&s.path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!(segment = %s.path.display(), error = %e, "cannot delete an exported segment"),
+            }
+            self.bytes.fetch_sub(s.len.min(self.bytes.load(Ordering::Relaxed)), Ordering::AcqRel);
+            removed = true;
+        }
+        let n = segs.list.len();
+        drop(segs);
+        if removed {
+            let _ = segment::sync_dir(&self.dir);
+            metrics::gauge!(names::DISK_SEGMENTS).set(n as f64);
+            metrics::gauge!(names::DISK_BYTES).set(self.bytes.load(Ordering::Relaxed) as f64);
+        }
+    }
+}
+
+/// A message to the writer thread.
+pub(crate) struct Append {
+    prepared: Prepared,
+    done: oneshot::Sender<Result<(), AppendError>>,
+}
+
+/// The durable queue's handle.
+pub struct DiskQueue {
+    shared: Arc<Shared>,
+    tx: RwLock<Option<std::sync::mpsc::Sender<Append>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    stop: watch::Sender<bool>,
+    readers: Mutex<Vec<(Arc<reader::AckWindow>, std::thread::JoinHandle<()>)>>,
+    /// Held open for the lock on `<dir>/lock`.
+    _lock: std::fs::File,
+}
+
+/// A problem opening the queue directory.
+#[derive(Debug, thiserror::Error)]
+#[error("disk queue at {path}: {message}")]
+pub struct OpenError {
+    /// The directory.
+    pub path: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A file name for an exporter's cursor: its name with anything but `[A-Za-z0-9._-]`
+/// replaced.
+fn cursor_file(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect()
+}
+
+impl std::fmt::Debug for DiskQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskQueue").field("path", &self.shared.dir).field("bytes", &self.bytes()).finish_non_exhaustive()
+    }
+}
+
+impl DiskQueue {
+    /// Opens (or creates) the queue in `config.path` for these exporters, recovers what
+    /// an earlier run left, and starts the writer thread. Non-critical requests may fill
+    /// all but `critical_reserve` of `max_bytes`.
+    pub fn open(config: &DiskConfig, exporters: &[String], critical_reserve: f64) -> Result<Arc<DiskQueue>, OpenError> {
+        let dir = config.path.clone();
+        let err = |m: String| OpenError { path: dir.display().to_string(), message: m };
+        let cursor_dir = dir.join("cursors");
+        std::fs::create_dir_all(&cursor_dir).map_err(|e| err(format!("cannot create the directory: {e}")))?;
+        let lock = lock_dir(&dir).map_err(err)?;
+
+        // Cursors first: a new segment must start after every id a cursor has passed.
+        let mut cursors = Vec::new();
+        let mut max_cursor = 0;
+        for name in exporters {
+            let path = cursor_dir.join(cursor_file(name));
+            let at = match segment::read_cursor(&path) {
+                Ok(Some(id)) => id,
+                Ok(None) => 0,
+                Err(why) => {
+                    tracing::warn!(exporter = %name, file = %path.display(), why, "damaged cursor; this exporter reads from the oldest segment again");
+                    metrics::counter!(names::DISK_CURSOR_RESETS, "exporter" => name.clone()).increment(1);
+                    0
+                }
+            };
+            max_cursor = max_cursor.max(at);
+            cursors.push(Arc::new(CursorState {
+                name: name.clone(),
+                path,
+                persisted: AtomicU64::new(at),
+                reading: AtomicU64::new(0),
+                window: Arc::new(reader::AckWindow::starting_at(at)),
+            }));
+        }
+
+        let (list, last_id, bytes) = recover(&dir, max_cursor).map_err(err)?;
+        let mut list = list;
+        let next_id = last_id + 1;
+        let active = dir.join(segment::file_name(next_id));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&active)
+            .map_err(|e| err(format!("cannot create segment {}: {e}", active.display())))?;
+        segment::sync_dir(&dir).map_err(|e| err(format!("cannot sync the directory: {e}")))?;
+        list.push_back(Seg { first_id: next_id, path: active, len: 0, max_id: 0 });
+        let backlog =
+            next_id - 1 - cursors.iter().map(|c| c.persisted.load(Ordering::Relaxed)).min().unwrap_or(next_id - 1).min(next_id - 1);
+        tracing::info!(dir = %dir.display(), segments = list.len(), bytes, next_id, backlog_records = backlog, sync = sync_word(config.sync), "disk queue opened");
+        metrics::gauge!(names::DISK_SEGMENTS).set(list.len() as f64);
+        metrics::gauge!(names::DISK_BYTES).set(bytes as f64);
+
+        for c in &cursors {
+            let at = c.persisted.load(Ordering::Relaxed).saturating_add(1);
+            let first = list.iter().rev().find(|s| s.first_id <= at).or(list.front()).map_or(0, |s| s.first_id);
+            c.reading.store(first, Ordering::Relaxed);
+        }
+        let (published, _) = watch::channel(0u64);
+        let non_critical_limit = (config.max_bytes as f64 * (1.0 - critical_reserve)) as u64;
+        let shared = Arc::new(Shared {
+            dir: dir.clone(),
+            config: config.clone(),
+            segs: Mutex::new(Segments { list, next_id }),
+            bytes: AtomicU64::new(bytes),
+            published,
+            cursors,
+            first_new_id: next_id,
+            non_critical_limit,
+        });
+        shared.gc();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let writer = writer::Writer::new(Arc::clone(&shared), file, next_id);
+        let handle = std::thread::Builder::new()
+            .name("weir-queue-writer".into())
+            .spawn(move || writer.run(rx))
+            .map_err(|e| err(format!("cannot start the writer thread: {e}")))?;
+        let (stop, _) = watch::channel(false);
+        Ok(Arc::new(DiskQueue {
+            shared,
+            tx: RwLock::new(Some(tx)),
+            writer: Mutex::new(Some(handle)),
+            stop,
+            readers: Mutex::new(Vec::new()),
+            _lock: lock,
+        }))
+    }
+
+    /// Starts exporter `index`'s reader thread, feeding `tx`; batches hold at most
+    /// `memory` bytes read ahead.
+    pub fn start_reader(
+        &self,
+        index: usize,
+        batch: &crate::config::BatchConfig,
+        memory: usize,
+        tx: tokio::sync::mpsc::Sender<Arc<super::batch::Batch>>,
+    ) -> std::io::Result<()> {
+        let window = Arc::clone(&self.shared.cursors[index].window);
+        let r = reader::Reader::new(Arc::clone(&self.shared), index, Arc::clone(&window), batch, memory, tx, self.stop.subscribe());
+        let handle = tokio::runtime::Handle::current();
+        let name = format!("weir-queue-read-{index}");
+        let t = std::thread::Builder::new().name(name).spawn(move || handle.block_on(r.run()))?;
+        self.readers.lock().unwrap_or_else(|e| e.into_inner()).push((window, t));
+        Ok(())
+    }
+
+    /// Whether `bytes` more would not fit now (`critical` may use the whole bound).
+    pub fn would_refuse(&self, bytes: u64, critical: bool) -> bool {
+        let limit = if critical { self.shared.config.max_bytes } else { self.limit() };
+        self.shared.bytes.load(Ordering::Relaxed).saturating_add(bytes) > limit
+    }
+
+    fn limit(&self) -> u64 {
+        self.shared.non_critical_limit
+    }
+
+    /// What `/debug/queue` shows: the segments, the next id, and each exporter's cursor,
+    /// acknowledged id and lag.
+    pub fn debug(&self) -> serde_json::Value {
+        let (segments, next_id) = {
+            let segs = self.shared.segs.lock().unwrap_or_else(|e| e.into_inner());
+            let list: Vec<_> = segs.list.iter().map(|s| serde_json::json!({"first_id": s.first_id, "bytes": s.len})).collect();
+            (list, segs.next_id)
+        };
+        let exporters: Vec<_> = self
+            .shared
+            .cursors
+            .iter()
+            .map(|c| {
+                let window = Some(&c.window);
+                let acked = window.map_or(0, |w| w.acked());
+                serde_json::json!({
+                    "exporter": c.name,
+                    "cursor_written": c.persisted.load(Ordering::Relaxed),
+                    "acknowledged": acked,
+                    "lag_records": (next_id - 1).saturating_sub(acked.max(c.persisted.load(Ordering::Relaxed))),
+                    "batches_in_export": window.map_or(0, |w| w.pending()),
+                    "oldest_in_export_age_seconds": window.and_then(|w| w.oldest_ts_ms()).map(|t| now_ms().saturating_sub(t) as f64 / 1000.0),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "path": self.shared.dir.display().to_string(),
+            "sync": sync_word(self.shared.config.sync),
+            "bytes": self.bytes(),
+            "max_bytes": self.shared.config.max_bytes,
+            "fill": self.fill(),
+            "next_id": next_id,
+            "segments": segments,
+            "exporters": exporters,
+        })
+    }
+
+    /// Bytes on disk.
+    pub fn bytes(&self) -> u64 {
+        self.shared.bytes.load(Ordering::Relaxed)
+    }
+
+    /// The fill ratio (bytes on disk / `max_bytes`).
+    pub fn fill(&self) -> f64 {
+        self.bytes() as f64 / self.shared.config.max_bytes as f64
+    }
+
+    /// Appends one request; resolves when it is stored as `sync` promises (on disk and
+    /// fsynced with `on_ack`, written to the file otherwise).
+    pub async fn append(&self, payload: &Payload, critical: bool, tenant: Option<&str>) -> Result<(), AppendError> {
+        let bytes = payload.to_bytes();
+        let tenant = tenant.map_or_else(Bytes::new, |t| Bytes::copy_from_slice(t.as_bytes()));
+        let prepared = Prepared::new(now_ms(), payload.item_count() as u32, payload.signal(), if critical { 2 } else { 1 }, tenant, bytes);
+        if self.would_refuse(prepared.size(), critical) {
+            return Err(AppendError::Full { used: self.bytes(), max: if critical { self.shared.config.max_bytes } else { self.limit() } });
+        }
+        let (done, answer) = oneshot::channel();
+        {
+            let tx = self.tx.read().unwrap_or_else(|e| e.into_inner());
+            let Some(tx) = tx.as_ref() else { return Err(AppendError::Closed) };
+            tx.send(Append { prepared, done }).map_err(|_| AppendError::Closed)?;
+        }
+        answer.await.unwrap_or(Err(AppendError::Closed))
+    }
+
+    /// Shutdown: stops appending (the writer writes and syncs what it has and exits),
+    /// stops the readers, waits up to `grace` for exports in flight to end, and writes
+    /// every cursor. What is not acknowledged stays on disk for the next start.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.tx.write().unwrap_or_else(|e| e.into_inner()).take();
+        let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(w) = writer {
+            let _ = tokio::task::spawn_blocking(move || w.join()).await;
+        }
+        let _ = self.stop.send(true);
+        let readers: Vec<_> = std::mem::take(&mut *self.readers.lock().unwrap_or_else(|e| e.into_inner()));
+        let deadline = tokio::time::Instant::now() + grace;
+        while readers.iter().any(|(w, _)| w.pending() > 0) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for (i, (w, t)) in readers.into_iter().enumerate() {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+            if let Some(c) = self.shared.cursors.get(i) {
+                persist(c, w.acked());
+            }
+        }
+        tracing::info!(bytes = self.bytes(), "disk queue closed; what is not exported is sent after the next start");
+    }
+}
+
+/// Finds the segments an earlier run left: the newest ones are scanned (every record
+/// checked) back to the first that holds a readable record, whose torn tail, if any, is
+/// cut off; newer files without a readable record (garbage, or created just before a
+/// crash) are removed. Older segments are read as they are; their damage is found and
+/// skipped by the readers. Returns the segments, the highest id seen (at least
+/// `min_last`) and the bytes on disk.
+fn recover(dir: &Path, min_last: u64) -> Result<(VecDeque<Seg>, u64, u64), String> {
+    let mut found = segment::list(dir).map_err(|e| format!("cannot list segments: {e}"))?;
+    let mut last_id = min_last;
+    while let Some((first_id, path)) = found.last().cloned() {
+        let len = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?.len();
+        let s = segment::scan(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if s.corrupt > 0 {
+            metrics::counter!(names::DISK_CORRUPT, "exporter" => "recovery").increment(s.corrupt);
+        }
+        last_id = last_id.max(first_id.saturating_sub(1));
+        let Some(id) = s.last_id else {
+            if len > 0 {
+                tracing::warn!(segment = %path.display(), bytes = len, "segment without a readable record removed");
+                metrics::counter!(names::DISK_CORRUPT, "exporter" => "recovery").increment(1);
+            }
+            std::fs::remove_file(&path).map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+            found.pop();
+            continue;
+        };
+        if s.valid_end < len {
+            let f = std::fs::OpenOptions::new().write(true).open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            f.set_len(s.valid_end)
+                .and_then(|_| f.sync_all())
+                .map_err(|e| format!("cannot cut the torn tail of {}: {e}", path.display()))?;
+        }
+        last_id = last_id.max(id);
+        break;
+    }
+    let mut list = VecDeque::new();
+    let mut bytes = 0;
+    for (first_id, path) in found {
+        let len = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?.len();
+        last_id = last_id.max(first_id.saturating_sub(1));
+        if len == 0 {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        }
+        bytes += len;
+        list.push_back(Seg { first_id, path, len, max_id: 0 });
+    }
+    Ok((list, last_id, bytes))
+}
+
+/// Writes `c`'s cursor if `acked` is newer than what is written.
+pub(crate) fn persist(c: &CursorState, acked: u64) -> bool {
+    if acked <= c.persisted.load(Ordering::Acquire) {
+        return false;
+    }
+    match segment::write_cursor(&c.path, acked) {
+        Ok(()) => {
+            c.persisted.store(acked, Ordering::Release);
+            true
+        }
+        Err(e) => {
+            tracing::warn!(exporter = %c.name, error = %e, "cannot write the cursor; records after the last written one are sent again after a restart");
+            false
+        }
+    }
+}
+
+/// Takes an exclusive lock on `<dir>/lock`: two weirs on one queue directory would
+/// interleave their records.
+fn lock_dir(dir: &Path) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("lock"))
+        .map_err(|e| format!("cannot open the lock file: {e}"))?;
+    // SAFETY: flock on a descriptor this function owns.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r != 0 {
+        return Err("another process holds this queue directory (lock file); each weir needs its own".into());
+    }
+    Ok(f)
+}
+
+/// The sync mode's word, for logs.
+pub fn sync_word(m: SyncMode) -> &'static str {
+    match m {
+        SyncMode::OnAck => "on_ack",
+        SyncMode::Interval => "interval",
+        SyncMode::None => "none",
+    }
+}

@@ -1,0 +1,361 @@
+//! One exporter's reader: records in id order, batched, within a memory budget; the
+//! acknowledgement window that turns finished exports into a cursor.
+
+use super::segment::{SegmentReader, Step};
+use super::{persist, Shared};
+use crate::pipeline::batch::{Ack, Batch};
+use crate::pipeline::queue::{ByteBudget, BytesPermit};
+use crate::signal::{Encoded, Payload, Signal};
+use crate::telemetry::names;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// Batches handed out and not yet finished, in reading order. The cursor is the last id
+/// of the longest finished prefix.
+#[derive(Debug, Default)]
+pub struct AckWindow {
+    inner: Mutex<Window>,
+}
+
+#[derive(Debug, Default)]
+struct Window {
+    /// The sequence number of `entries[0]`.
+    base: u64,
+    /// (last id, append time of its oldest record, finished).
+    entries: VecDeque<(u64, u64, bool)>,
+    acked: u64,
+}
+
+impl AckWindow {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Window> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts at `acked`.
+    pub fn starting_at(acked: u64) -> Self {
+        AckWindow { inner: Mutex::new(Window { acked, ..Window::default() }) }
+    }
+
+    /// Adds a batch (or, `finished`, records skipped without one) ending at `last_id`;
+    /// returns its sequence number.
+    pub fn push(&self, last_id: u64, oldest_ts_ms: u64, finished: bool) -> u64 {
+        let mut w = self.lock();
+        w.entries.push_back((last_id, oldest_ts_ms, finished));
+        let seq = w.base + w.entries.len() as u64 - 1;
+        w.advance();
+        seq
+    }
+
+    /// Marks batch `seq` finished.
+    pub fn finish(&self, seq: u64) {
+        let mut w = self.lock();
+        if let Some(i) = seq.checked_sub(w.base) {
+            if let Some(e) = w.entries.get_mut(i as usize) {
+                e.2 = true;
+            }
+        }
+        w.advance();
+    }
+
+    /// Every record up to this id is finished.
+    pub fn acked(&self) -> u64 {
+        self.lock().acked
+    }
+
+    /// Batches handed out and not finished.
+    pub fn pending(&self) -> usize {
+        self.lock().entries.iter().filter(|e| !e.2).count()
+    }
+
+    /// Append time of the oldest record not finished, if any is out.
+    pub fn oldest_ts_ms(&self) -> Option<u64> {
+        self.lock().entries.front().map(|e| e.1)
+    }
+}
+
+impl Window {
+    fn advance(&mut self) {
+        while let Some(&(last, _, true)) = self.entries.front() {
+            self.acked = self.acked.max(last);
+            self.entries.pop_front();
+            self.base += 1;
+        }
+    }
+}
+
+/// The batch being filled.
+struct Open {
+    payload: Payload,
+    items: usize,
+    permits: Vec<BytesPermit>,
+    last_id: u64,
+    oldest_ts: u64,
+    deadline: Instant,
+}
+
+/// One exporter's reader.
+pub struct Reader {
+    shared: Arc<Shared>,
+    index: usize,
+    window: Arc<AckWindow>,
+    budget: Arc<ByteBudget>,
+    max_items: usize,
+    timeout: Duration,
+    tx: mpsc::Sender<Arc<Batch>>,
+    stop: watch::Receiver<bool>,
+    open: Option<Open>,
+    name: String,
+}
+
+impl Reader {
+    /// A reader for exporter `index`.
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        index: usize,
+        window: Arc<AckWindow>,
+        batch: &crate::config::BatchConfig,
+        memory: usize,
+        tx: mpsc::Sender<Arc<Batch>>,
+        stop: watch::Receiver<bool>,
+    ) -> Self {
+        let name = shared.cursors[index].name.clone();
+        Reader {
+            shared,
+            index,
+            window,
+            budget: ByteBudget::new(memory.max(1)),
+            max_items: batch.max_items,
+            timeout: batch.timeout,
+            tx,
+            stop,
+            open: None,
+            name,
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Runs until shutdown.
+    pub async fn run(mut self) {
+        let cursor = self.shared.cursors[self.index].persisted.load(Ordering::Acquire);
+        let mut published = self.shared.published.subscribe();
+        let mut last_persist = Instant::now();
+        let Some(mut seg) = self.shared.seg_for(cursor) else { return };
+        let mut file = match SegmentReader::open(&seg.path) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                tracing::warn!(segment = %seg.path.display(), error = %e, "cannot open a segment; skipped");
+                None
+            }
+        };
+        let mut at = 0u64;
+        let mut max_seen = 0u64;
+        let max_age_ms = self.shared.config.max_age.as_millis() as u64;
+        while !self.stopped() {
+            published.borrow_and_update();
+            if last_persist.elapsed() >= Duration::from_millis(100) {
+                self.persist();
+                last_persist = Instant::now();
+            }
+            let Some((len, sealed)) = self.shared.seg_state(seg.first_id) else {
+                // Deleted under us: only possible if every cursor passed it.
+                match self.shared.seg_for(self.window.acked()) {
+                    Some(s) if s.first_id != seg.first_id => {
+                        self.shared.cursors[self.index].reading.store(s.first_id, Ordering::Release);
+                        seg = s;
+                        file = SegmentReader::open(&seg.path).ok();
+                        at = 0;
+                        continue;
+                    }
+                    _ => {
+                        self.wait(&mut published).await;
+                        continue;
+                    }
+                }
+            };
+            let step = match file.as_mut() {
+                Some(f) => f.step(at, len),
+                None => {
+                    file = SegmentReader::open(&seg.path).ok();
+                    Ok(Step::End)
+                }
+            };
+            match step {
+                Ok(Step::Record(rec, next)) => {
+                    at = next;
+                    let m = rec.meta;
+                    max_seen = max_seen.max(m.id);
+                    if m.id <= cursor {
+                        continue;
+                    }
+                    if m.id < self.shared.first_new_id {
+                        metrics::counter!(names::DISK_REPLAYED, "exporter" => self.name.clone()).increment(m.items as u64);
+                    }
+                    if max_age_ms > 0 && super::now_ms().saturating_sub(m.ts_ms) > max_age_ms {
+                        metrics::counter!(names::ITEMS_DROPPED, "signal" => m.signal.as_str(), "exporter" => self.name.clone(), "reason" => "max_age")
+                            .increment(m.items as u64);
+                        self.flush().await;
+                        self.window.push(m.id, m.ts_ms, true);
+                        continue;
+                    }
+                    self.add(m.id, m.ts_ms, m.signal, m.items as usize, rec.payload).await;
+                }
+                Ok(Step::Corrupt { why, resume }) => {
+                    tracing::warn!(exporter = %self.name, segment = %seg.path.display(), offset = at, why, "damaged record skipped");
+                    metrics::counter!(names::DISK_CORRUPT, "exporter" => self.name.clone()).increment(1);
+                    at = resume;
+                }
+                Ok(Step::End) if sealed => {
+                    if at < len {
+                        tracing::warn!(exporter = %self.name, segment = %seg.path.display(), offset = at, "damaged segment end skipped");
+                        metrics::counter!(names::DISK_CORRUPT, "exporter" => self.name.clone()).increment(1);
+                    }
+                    let Some(next) = self.shared.seg_after(seg.first_id) else { continue };
+                    self.shared.leave(&self.shared.cursors[self.index], seg.first_id, max_seen, next.first_id);
+                    max_seen = 0;
+                    seg = next;
+                    file = match SegmentReader::open(&seg.path) {
+                        Ok(f) => Some(f),
+                        Err(e) => {
+                            tracing::warn!(segment = %seg.path.display(), error = %e, "cannot open a segment; skipped");
+                            None
+                        }
+                    };
+                    at = 0;
+                }
+                Ok(Step::End) => self.wait(&mut published).await,
+                Err(e) => {
+                    tracing::warn!(exporter = %self.name, segment = %seg.path.display(), error = %e, "cannot read the disk queue; trying again in 1 s");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = self.stop.wait_for(|s| *s) => {}
+                    }
+                }
+            }
+        }
+        // The open batch is not sent: its records stay on disk for the next start.
+        self.open = None;
+    }
+
+    /// Caught up: waits for new records, the open batch's deadline (then flushes it), a
+    /// cursor write (every 100 ms) or shutdown.
+    async fn wait(&mut self, published: &mut watch::Receiver<u64>) {
+        let deadline = self.open.as_ref().map(|o| o.deadline);
+        let tick = Instant::now() + Duration::from_millis(100);
+        let until = deadline.map_or(tick, |d| d.min(tick));
+        tokio::select! {
+            _ = published.changed() => {}
+            _ = tokio::time::sleep_until(until) => {}
+            _ = self.stop.wait_for(|s| *s) => {}
+        }
+        if self.open.as_ref().is_some_and(|o| o.deadline <= Instant::now()) {
+            self.flush().await;
+        }
+        self.gauges();
+    }
+
+    fn gauges(&self) {
+        self.shared.cursors[self.index].gauges(self.shared.last_id());
+    }
+
+    /// Writes the cursor if it moved, then deletes what every cursor has passed.
+    fn persist(&self) {
+        if persist(&self.shared.cursors[self.index], self.window.acked()) {
+            self.shared.gc();
+        }
+        self.gauges();
+    }
+
+    /// Adds a record to the open batch (flushing first when it does not fit or merge).
+    async fn add(&mut self, id: u64, ts_ms: u64, signal: Signal, items: usize, bytes: bytes::Bytes) {
+        let permit = loop {
+            if let Some(p) = self.budget.try_reserve(signal, bytes.len(), items) {
+                break p;
+            }
+            // Memory is full of batches in export: send the open one, wait for room.
+            self.flush().await;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(2)) => {}
+                _ = self.stop.wait_for(|s| *s) => {}
+            }
+            if self.stopped() {
+                return;
+            }
+        };
+        let payload = Payload::Encoded(Encoded::single(signal, bytes, items));
+        let mergeable = self.open.as_ref().is_some_and(|o| o.payload.signal() == signal && signal != Signal::Profiles);
+        if !mergeable {
+            self.flush().await;
+        }
+        match self.open.as_mut() {
+            Some(o) => {
+                let _ = o.payload.merge(payload);
+                o.items += items;
+                o.permits.push(permit);
+                o.last_id = id;
+            }
+            None => {
+                self.open = Some(Open {
+                    payload,
+                    items,
+                    permits: vec![permit],
+                    last_id: id,
+                    oldest_ts: ts_ms,
+                    deadline: Instant::now() + self.timeout,
+                })
+            }
+        }
+        if self.open.as_ref().is_some_and(|o| o.items >= self.max_items || signal == Signal::Profiles) {
+            self.flush().await;
+        }
+    }
+
+    /// Hands the open batch to the exporter's workers.
+    async fn flush(&mut self) {
+        let Some(o) = self.open.take() else { return };
+        let seq = self.window.push(o.last_id, o.oldest_ts, false);
+        let ack = Ack::new(Arc::clone(&self.window), seq);
+        let batch = Arc::new(Batch::durable(o.payload, o.items, o.permits, ack));
+        tokio::select! {
+            r = self.tx.send(batch) => {
+                if r.is_err() {
+                    tracing::error!(exporter = %self.name, "export workers gone");
+                }
+            }
+            _ = self.stop.wait_for(|s| *s) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cursor_is_the_longest_finished_prefix() {
+        let w = AckWindow::starting_at(10);
+        let a = w.push(15, 1, false);
+        let b = w.push(20, 2, false);
+        let c = w.push(25, 3, false);
+        w.finish(b);
+        assert_eq!(w.acked(), 10, "15 is still out");
+        assert_eq!(w.oldest_ts_ms(), Some(1));
+        w.finish(a);
+        assert_eq!(w.acked(), 20);
+        assert_eq!(w.pending(), 1);
+        w.push(26, 4, true);
+        assert_eq!(w.acked(), 20, "skipped records wait behind the batch before them");
+        w.finish(c);
+        assert_eq!(w.acked(), 26);
+        assert_eq!(w.pending(), 0);
+        w.finish(c);
+        w.finish(99);
+        assert_eq!(w.acked(), 26, "stale or unknown sequence numbers change nothing");
+    }
+}

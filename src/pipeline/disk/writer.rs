@@ -1,0 +1,208 @@
+//! The writer thread: group commit.
+//!
+//! It takes the first waiting append, then every other one already waiting (up to
+//! [`GROUP_BYTES`]), writes them with one `pwrite` and, with `sync: on_ack`, one
+//! `fdatasync`, then answers them all: an fsync costs once per group, however many
+//! requests share it. With `interval` it answers after the write (the data is in the
+//! page cache: a crash of weir loses nothing, a power loss up to one interval) and syncs
+//! on a timer; with `none` it never syncs but at shutdown and segment ends.
+//!
+//! A failed write or sync answers the whole group with [`AppendError::Io`] and cuts the
+//! file back to where the group began (so no half record stays); after a failed sync,
+//! or a failed cut, the segment is sealed where the group began and the next group
+//! starts a new file. Nothing is acknowledged that was not written, and the thread never
+//! exits on an error: once space returns, the next group succeeds.
+
+use super::{segment, Append, AppendError, Seg, Shared};
+use crate::config::SyncMode;
+use crate::telemetry::names;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A group stops growing past this many bytes.
+const GROUP_BYTES: u64 = 16 << 20;
+
+pub(super) struct Writer {
+    shared: Arc<Shared>,
+    file: File,
+    /// Bytes written to the active segment.
+    offset: u64,
+    next_id: u64,
+    buf: Vec<u8>,
+    last_sync: Instant,
+    unsynced: bool,
+    /// The active segment must not take more records (a sync or a cut failed).
+    broken: bool,
+}
+
+fn kind(e: &std::io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => "no_space",
+        _ => "io",
+    }
+}
+
+impl Writer {
+    pub(super) fn new(shared: Arc<Shared>, file: File, next_id: u64) -> Self {
+        Writer { shared, file, offset: 0, next_id, buf: Vec::new(), last_sync: Instant::now(), unsynced: false, broken: false }
+    }
+
+    pub(super) fn run(mut self, rx: Receiver<Append>) {
+        let mode = self.shared.config.sync;
+        let interval = self.shared.config.sync_interval;
+        loop {
+            let wait = match mode {
+                SyncMode::Interval if self.unsynced => interval.saturating_sub(self.last_sync.elapsed()),
+                _ => Duration::from_secs(3600),
+            };
+            let first = match rx.recv_timeout(wait) {
+                Ok(a) => a,
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.unsynced {
+                        let _ = self.sync();
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            let mut bytes = first.prepared.size();
+            let mut group = vec![first];
+            while bytes < GROUP_BYTES {
+                match rx.try_recv() {
+                    Ok(a) => {
+                        bytes += a.prepared.size();
+                        group.push(a);
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.commit(group);
+        }
+        if self.unsynced || mode == SyncMode::None {
+            let _ = self.sync();
+        }
+        tracing::debug!("disk queue writer stopped");
+    }
+
+    fn fail(&self, group: Vec<Append>, e: &std::io::Error, what: &str) {
+        let k = kind(e);
+        metrics::counter!(names::DISK_WRITE_ERRORS, "kind" => k).increment(1);
+        tracing::error!(error = %e, kind = k, requests = group.len(), what, "disk queue write failed; requests refused with 503");
+        let msg = format!("{what}: {e}");
+        for a in group {
+            let _ = a.done.send(Err(AppendError::Io(msg.clone())));
+        }
+    }
+
+    fn sync(&mut self) -> std::io::Result<()> {
+        let t = Instant::now();
+        let r = self.file.sync_data();
+        metrics::histogram!(names::DISK_FSYNC).record(t.elapsed().as_secs_f64());
+        self.last_sync = Instant::now();
+        if r.is_ok() {
+            self.unsynced = false;
+        }
+        r
+    }
+
+    fn commit(&mut self, group: Vec<Append>) {
+        if self.broken || self.offset >= self.shared.config.segment_bytes {
+            if let Err(e) = self.roll() {
+                return self.fail(group, &e, "cannot start a new segment");
+            }
+        }
+        let start = self.offset;
+        let first_id = self.next_id;
+        self.buf.clear();
+        for (i, a) in group.iter().enumerate() {
+            a.prepared.write_to(first_id + i as u64, &mut self.buf);
+        }
+        if let Err(e) = self.file.write_all_at(&self.buf, start) {
+            self.cut(start);
+            return self.fail(group, &e, "write");
+        }
+        self.unsynced = true;
+        let must_sync = match self.shared.config.sync {
+            SyncMode::OnAck => true,
+            SyncMode::Interval => self.last_sync.elapsed() >= self.shared.config.sync_interval,
+            SyncMode::None => false,
+        };
+        if must_sync {
+            if let Err(e) = self.sync() {
+                // After a failed fsync the page cache's state is unknown: this group is
+                // refused, and the segment ends where it began.
+                self.cut(start);
+                self.broken = true;
+                return self.fail(group, &e, "fsync");
+            }
+        }
+        let n = group.len() as u64;
+        let len = self.buf.len() as u64;
+        self.offset += len;
+        self.next_id += n;
+        self.shared.bytes.fetch_add(len, Ordering::AcqRel);
+        {
+            let mut segs = self.shared.segs.lock().unwrap_or_else(|e| e.into_inner());
+            segs.next_id = self.next_id;
+            if let Some(s) = segs.list.back_mut() {
+                s.len = self.offset;
+            }
+        }
+        self.shared.published.send_modify(|v| *v = self.next_id);
+        metrics::counter!(names::DISK_APPENDED_BYTES).increment(len);
+        metrics::histogram!(names::DISK_GROUP).record(n as f64);
+        metrics::gauge!(names::DISK_BYTES).set(self.shared.bytes.load(Ordering::Relaxed) as f64);
+        for c in &self.shared.cursors {
+            c.gauges(self.next_id - 1);
+        }
+        for a in group {
+            let _ = a.done.send(Ok(()));
+        }
+        // A big buffer is not kept for good after one burst.
+        if self.buf.capacity() > 2 * GROUP_BYTES as usize {
+            self.buf = Vec::new();
+        }
+    }
+
+    /// Cuts the active file back to `start` after a failed group; a failed cut seals it.
+    fn cut(&mut self, start: u64) {
+        if let Err(e) = self.file.set_len(start) {
+            tracing::error!(error = %e, "cannot cut a failed write off the segment; sealing it");
+            self.broken = true;
+        }
+    }
+
+    /// Seals the active segment and starts a new one at `next_id`. An empty active
+    /// segment is replaced (it has the same name: no record was written since it began).
+    fn roll(&mut self) -> std::io::Result<()> {
+        if !self.broken {
+            if let Err(e) = self.sync() {
+                self.broken = true;
+                return Err(e);
+            }
+        }
+        let path = self.shared.dir.join(segment::file_name(self.next_id));
+        let file = std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(&path)?;
+        if self.shared.config.sync != SyncMode::None {
+            segment::sync_dir(&self.shared.dir)?;
+        }
+        let mut segs = self.shared.segs.lock().unwrap_or_else(|e| e.into_inner());
+        if self.offset == 0 {
+            segs.list.pop_back();
+        } else if let Some(s) = segs.list.back_mut() {
+            s.len = self.offset;
+        }
+        segs.list.push_back(Seg { first_id: self.next_id, path, len: 0, max_id: 0 });
+        let n = segs.list.len();
+        drop(segs);
+        metrics::gauge!(names::DISK_SEGMENTS).set(n as f64);
+        self.file = file;
+        self.offset = 0;
+        self.broken = false;
+        Ok(())
+    }
+}
