@@ -21,7 +21,7 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2> /dev/null || true; done; wait 2> /dev/null || true; }
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-metric() { curl -sf "http://127.0.0.1:$1/metrics" | awk -v re="$2" '$0 ~ re {s += $NF} END {printf "%d\n", s}'; }
+metric() { curl -sf "http://127.0.0.1:$1/metrics" | awk -v re="$2" '$0 ~ re {s += $NF} END {printf "%.0f\n", s}'; }
 
 echo "== fsync latency (4 KiB append + fdatasync, 2000 times, in $DIR)"
 FSYNC=$(python3 - "$DIR" << 'PY'

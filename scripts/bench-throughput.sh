@@ -91,7 +91,7 @@ YAML
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 sys_ticks() { awk '{print $15}' "/proc/$1/stat"; }
 metric() { # metric ADMIN_PORT REGEX -> sum of matching samples
-  curl -sf "http://127.0.0.1:$1/metrics" | awk -v re="$2" '$0 ~ re {s += $NF} END {printf "%d\n", s}'
+  curl -sf "http://127.0.0.1:$1/metrics" | awk -v re="$2" '$0 ~ re {s += $NF} END {printf "%.0f\n", s}'
 }
 spans_of() { case $1 in 512x*) echo 512 ;; 100x*) echo 100 ;; esac; }
 

@@ -116,15 +116,18 @@ fn every_rule_names_its_key() {
         ("exporters: [{type: blackhole}]\nreceiver: {throttle: {retry_after: {min: 10s, max: 5s}}}", "receiver.throttle.retry_after"),
         ("exporters: [{type: blackhole}]\nreceiver: {http_server: {middlewares: [\"throttle;mode=x\"]}}", "unknown option `mode`"),
         (
-            "exporters: [{type: blackhole}]\nreceiver: {auth: {tenants: {t1: {rate: {requests_per_second: 0}}}}}",
+            "exporters: [{type: blackhole}]\nreceiver: {auth: {tenants: {t1: {tokens: [k1], rate: {requests_per_second: 0}}}}}",
             "receiver.auth.tenants.t1.rate",
         ),
         (
-            "exporters: [{type: blackhole}]\nreceiver: {auth: {tenants: {t1: {rate: {requests_per_second: 5, burst: 0}}}}}",
+            "exporters: [{type: blackhole}]\nreceiver: {auth: {tenants: {t1: {tokens: [k1], rate: {requests_per_second: 5, burst: 0}}}}}",
             "receiver.auth.tenants.t1.rate",
         ),
         ("exporters: [{type: blackhole}]\npipeline: {queue: {critical_reserve: 1.0}}", "pipeline.queue.critical_reserve"),
-        ("exporters: [{type: blackhole}]\nreceiver: {auth: {tenants: {t1: {items: {logs: 0.5}}}}}", "receiver.auth.tenants.t1.items.logs"),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {auth: {tenants: {t1: {tokens: [k1], items: {logs: 0.5}}}}}",
+            "receiver.auth.tenants.t1.items.logs",
+        ),
         ("exporters: [{type: blackhole}]\nreload: {watch: true}", "watch"),
         (
             "exporters: [{type: blackhole}]\nreceiver: {throttle: {hold: {return_ratio: 0}}}",
@@ -245,10 +248,12 @@ fn env_references_in_yaml_values() {
 fn tenants_and_priorities() {
     use weir::config::Priority;
     let c = Config::from_yaml(
-        "exporters: [{type: blackhole}]\nreceiver:\n  auth:\n    tokens: [a]\n    tenants: {gold: {priority: critical}, bulk: {priority: sheddable}}\n  throttle:\n    rules: {logs: {priority: sheddable}}\n",
+        "exporters: [{type: blackhole}]\nreceiver:\n  auth:\n    tokens: [a]\n    tenants: {gold: {tokens: [g1, g2], priority: critical}, bulk: {tokens: [b1], priority: sheddable}}\n  throttle:\n    rules: {logs: {priority: sheddable}}\n",
     )
     .unwrap();
-    assert_eq!(c.receiver.auth.all_tokens(), ["a", "bulk", "gold"]);
+    let pairs = |v: &[(&str, &str)]| v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect::<Vec<_>>();
+    let a = weir::config::token_label("a");
+    assert_eq!(c.receiver.auth.all_tokens(), pairs(&[("a", &a), ("b1", "bulk"), ("g1", "gold"), ("g2", "gold")]));
     let m = weir::throttle::manager::ThrottleManager::new(&c.receiver.throttle).with_tenants(&c.receiver.auth);
     use weir::signal::Signal;
     assert_eq!(m.priority(Signal::Traces, Some("gold")), Priority::Critical);
@@ -256,4 +261,33 @@ fn tenants_and_priorities() {
     assert_eq!(m.priority(Signal::Logs, None), Priority::Sheddable);
     assert_eq!(m.priority(Signal::Logs, Some("gold")), Priority::Critical, "the tenant wins");
     assert!(err("exporters: [{type: blackhole}]\nreceiver: {auth: {tenants: {x: {priority: vip}}}}").contains("vip"));
+}
+
+#[test]
+fn tenants_are_names_and_tokens_stay_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("team-b-tokens");
+    std::fs::write(&file, "# rotated 2026-11\nsecret-b1\n\n  secret-b2  \n").unwrap();
+    let yaml = format!(
+        "exporters: [{{type: blackhole}}]\nreceiver:\n  auth:\n    tenants:\n      team-a: {{tokens: [secret-a]}}\n      team-b: {{tokens_file: \"{}\"}}\n      legacy-secret: {{priority: critical}}\n",
+        file.display()
+    );
+    let c = Config::from_yaml(&yaml).unwrap();
+    let mut tokens = c.receiver.auth.all_tokens();
+    tokens.sort();
+    let legacy = weir::config::token_label("legacy-secret");
+    assert!(legacy.starts_with("token-") && !legacy.contains("secret"), "{legacy}");
+    let want: Vec<(String, String)> = vec![
+        ("legacy-secret".into(), legacy.clone()),
+        ("secret-a".into(), "team-a".into()),
+        ("secret-b1".into(), "team-b".into()),
+        ("secret-b2".into(), "team-b".into()),
+    ];
+    assert_eq!(tokens, want, "the older shape (keyed by token) becomes a tenant named by a hash");
+    assert!(c.receiver.auth.tenants.contains_key(&legacy) && !c.receiver.auth.tenants.contains_key("legacy-secret"));
+    // A token shared by two tenants is an error that names the tenants, not the token.
+    let e = err("exporters: [{type: blackhole}]\nreceiver: {auth: {tenants: {a: {tokens: [same-secret]}, b: {tokens: [same-secret]}}}}");
+    assert!(e.contains("receiver.auth.tenants.b.tokens") && !e.contains("same-secret"), "{e}");
+    let e = err("exporters: [{type: blackhole}]\nreceiver: {auth: {tenants: {a: {tokens_file: /nonexistent/tokens}}}}");
+    assert!(e.contains("receiver.auth.tenants.a.tokens_file") && e.contains("/nonexistent/tokens"), "{e}");
 }

@@ -16,7 +16,7 @@ pub use exporter::{
 };
 pub use pipeline::{BatchConfig, DiskConfig, PipelineConfig, QueueConfig, SyncMode};
 pub use receiver::{
-    AuthConfig, ConnectionConfig, GrpcServerConfig, HttpServerConfig, RateConfig, ReceiverConfig, TenantConfig, TlsConfig,
+    token_label, AuthConfig, ConnectionConfig, GrpcServerConfig, HttpServerConfig, RateConfig, ReceiverConfig, TenantConfig, TlsConfig,
     DEFAULT_H2_STREAM_WINDOW, MAX_H2_STREAM_WINDOW, MIN_H2_STREAM_WINDOW,
 };
 pub use throttle::{Priority, RetryAfterConfig, Rule, RuleConfig, RulesConfig, SignalConfig, SlotConfig, ThresholdsConfig, ThrottleConfig};
@@ -151,7 +151,8 @@ impl Config {
     fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
         let env = Env::prefixed("WEIR_").filter(|key| names_a_section(key.as_str())).split("__");
         let figment = figment.merge(env);
-        let config: Config = figment.extract().map_err(|e| ConfigError::Parse(describe_figment_error(e)))?;
+        let mut config: Config = figment.extract().map_err(|e| ConfigError::Parse(describe_figment_error(e)))?;
+        config.receiver.auth.normalize()?;
         config.validate()?;
         Ok(config)
     }

@@ -212,10 +212,12 @@ pub struct TlsConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
-    /// Accepted tokens. Empty (and no `tenants`): no authentication. A token is also the
-    /// request's tenant.
+    /// Accepted tokens of no named tenant. Empty (and no `tenants`): no authentication.
+    /// Each counts as a tenant named `token-<hash>` (never the token itself).
     pub tokens: Vec<String>,
-    /// Per-tenant settings, keyed by token; their tokens are accepted too.
+    /// Tenants by name: their settings and their tokens. (An entry without `tokens` or
+    /// `tokens_file` is the older shape, keyed by its token: it is read as a tenant named
+    /// `token-<hash>` with that one token.)
     pub tenants: std::collections::BTreeMap<String, TenantConfig>,
 }
 
@@ -223,6 +225,11 @@ pub struct AuthConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct TenantConfig {
+    /// The tenant's tokens (several, so one can be rotated out while the next is in use).
+    pub tokens: Vec<String>,
+    /// A file of more tokens, one per line (`#` comments and blank lines skipped): the
+    /// shape of a mounted Kubernetes Secret. Read at start and on every reload.
+    pub tokens_file: Option<std::path::PathBuf>,
     /// The tenant's priority class (wins over the record type's).
     pub priority: Option<super::Priority>,
     /// Request quota; none = unlimited.
@@ -271,12 +278,69 @@ fn default_burst() -> u32 {
     1
 }
 
+/// The name a token stands for when no tenant names it: `token-` and 8 hex digits of a
+/// hash, so metrics and logs can tell such clients apart without showing the secret.
+pub fn token_label(token: &str) -> String {
+    let h = token.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    format!("token-{:08x}", (h >> 32) as u32 ^ h as u32)
+}
+
 impl AuthConfig {
-    /// Every accepted token: `tokens` plus the tenants' keys.
-    pub fn all_tokens(&self) -> Vec<String> {
-        let mut v = self.tokens.clone();
-        v.extend(self.tenants.keys().filter(|k| !self.tokens.contains(k)).cloned());
+    /// Every accepted token with the name of its tenant.
+    pub fn all_tokens(&self) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = self.tokens.iter().map(|t| (t.clone(), token_label(t))).collect();
+        for (name, t) in &self.tenants {
+            v.extend(t.tokens.iter().map(|tok| (tok.clone(), name.clone())));
+        }
         v
+    }
+
+    /// Reads every `tokens_file` into its tenant's `tokens` and turns entries of the older
+    /// shape (keyed by their token) into named ones, so everything after this sees tenant
+    /// names only. Errors name the key, never a token.
+    pub(super) fn normalize(&mut self) -> Result<(), ConfigError> {
+        let mut named = std::collections::BTreeMap::new();
+        for (key, mut t) in std::mem::take(&mut self.tenants) {
+            if t.tokens.is_empty() && t.tokens_file.is_none() {
+                let name = token_label(&key);
+                t.tokens = vec![key];
+                named.insert(name, t);
+                continue;
+            }
+            if let Some(path) = &t.tokens_file {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ConfigError::invalid(format!("receiver.auth.tenants.{key}.tokens_file"), format!("cannot read {}: {e}", path.display()))
+                })?;
+                t.tokens.extend(text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from));
+            }
+            t.tokens.sort();
+            t.tokens.dedup();
+            named.insert(key, t);
+        }
+        self.tenants = named;
+        let mut owner: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+        for (name, t) in &self.tenants {
+            for (i, tok) in t.tokens.iter().enumerate() {
+                if tok.is_empty() || tok.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return Err(ConfigError::invalid(
+                        format!("receiver.auth.tenants.{name}.tokens[{i}]"),
+                        "must be non-empty, without whitespace",
+                    ));
+                }
+                if let Some(other) = owner.insert(tok, name) {
+                    return Err(ConfigError::invalid(
+                        format!("receiver.auth.tenants.{name}.tokens"),
+                        format!("a token of `{name}` is also a token of `{other}`: a token must name one tenant"),
+                    ));
+                }
+            }
+        }
+        for (i, tok) in self.tokens.iter().enumerate() {
+            if let Some(other) = owner.get(tok.as_str()) {
+                return Err(ConfigError::invalid(format!("receiver.auth.tokens[{i}]"), format!("is also a token of tenant `{other}`")));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -338,7 +402,7 @@ impl ReceiverConfig {
             if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
                 return Err(ConfigError::invalid(
                     format!("receiver.auth.tenants.{t}"),
-                    "a tenant token must be non-empty, without whitespace",
+                    "a tenant name must be non-empty, without whitespace",
                 ));
             }
             for (signal, rate) in c.items.iter() {

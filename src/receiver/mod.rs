@@ -22,8 +22,9 @@ use crate::telemetry::names;
 use response::ApiError;
 use std::sync::Arc;
 
-/// The authenticated tenant of a request (its token), in the request's extensions, with
-/// its counters.
+/// The authenticated tenant of a request (its name from `receiver.auth.tenants`, or
+/// `token-<hash>` for a token of no named tenant; never the token), in the request's
+/// extensions, with its counters.
 #[derive(Debug, Clone)]
 pub struct Tenant(pub Arc<str>, pub Arc<TenantCounters>);
 
@@ -47,8 +48,8 @@ pub struct TenantCounters {
 }
 
 impl Tenant {
-    /// The metric label value: the tenant, or `none` without auth. Shares the token's
-    /// allocation (no copy per request).
+    /// The metric label value: the tenant's name, or `none` without auth. Shares the
+    /// name's allocation (no copy per request).
     pub fn label(tenant: Option<&Tenant>) -> metrics::SharedString {
         tenant.map_or(metrics::SharedString::const_str("none"), |t| metrics::SharedString::from(Arc::clone(&t.0)))
     }

@@ -1,6 +1,6 @@
 //! Token authentication, decided from headers before any body byte is read:
 //! `Authorization: Bearer <token>` or `X-BK-TOKEN: <token>` (gRPC: the same metadata).
-//! The token becomes the request's [`Tenant`].
+//! The token's tenant (its name, never the token) becomes the request's [`Tenant`].
 
 use super::{reject, ServerKind};
 use crate::receiver::response::ApiError;
@@ -19,20 +19,20 @@ pub struct AuthLayerState {
 
 #[derive(Debug)]
 struct AuthPolicy {
-    /// Each token, with its tenant's counters (looked up in the metrics registry once,
-    /// not per request).
-    tokens: HashMap<Arc<str>, Arc<TenantCounters>>,
+    /// Each token, with its tenant's name and counters (looked up in the metrics registry
+    /// once, not per request).
+    tokens: HashMap<Box<str>, (Arc<str>, Arc<TenantCounters>)>,
     quotas: crate::quota::Quotas,
 }
 
 impl AuthLayerState {
-    /// `None` when no tokens are configured (auth off).
-    pub fn new(tokens: &[String]) -> Option<Self> {
+    /// `None` when no tokens are configured (auth off). `tokens`: (token, tenant name).
+    pub fn new(tokens: &[(String, String)]) -> Option<Self> {
         Self::with_quotas(tokens, crate::quota::Quotas::default())
     }
 
     /// With per-tenant quotas, checked right after the token, before any body byte.
-    pub fn with_quotas(tokens: &[String], quotas: crate::quota::Quotas) -> Option<Self> {
+    pub fn with_quotas(tokens: &[(String, String)], quotas: crate::quota::Quotas) -> Option<Self> {
         if tokens.is_empty() {
             return None;
         }
@@ -55,8 +55,17 @@ impl AuthLayerState {
     }
 }
 
-fn token_map(tokens: &[String]) -> HashMap<Arc<str>, Arc<TenantCounters>> {
-    tokens.iter().map(|t| (Arc::from(t.as_str()), Arc::default())).collect()
+/// Token -> (tenant name, counters); a tenant's tokens share one name and one set of
+/// counters.
+fn token_map(tokens: &[(String, String)]) -> HashMap<Box<str>, (Arc<str>, Arc<TenantCounters>)> {
+    let mut tenants: HashMap<&str, (Arc<str>, Arc<TenantCounters>)> = HashMap::new();
+    tokens
+        .iter()
+        .map(|(token, name)| {
+            let t = tenants.entry(name.as_str()).or_insert_with(|| (Arc::from(name.as_str()), Arc::default()));
+            (Box::from(token.as_str()), (Arc::clone(&t.0), Arc::clone(&t.1)))
+        })
+        .collect()
 }
 
 fn presented_token(req: &Request<Body>) -> Option<&str> {
@@ -117,7 +126,7 @@ where
         let started = Instant::now();
         let (kind, state) = (self.layer.kind, &self.layer.state);
         let policy = state.inner.load();
-        let Some((t, counters)) = presented_token(&req).and_then(|t| policy.tokens.get_key_value(t)) else {
+        let Some((t, counters)) = presented_token(&req).and_then(|t| policy.tokens.get(t)) else {
             let msg = if presented_token(&req).is_some() {
                 "unknown token"
             } else {
