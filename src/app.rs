@@ -74,6 +74,12 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let prometheus = telemetry::install_recorder();
     let exporters = exporter::build(&config.exporters)?;
     let (pipeline, tasks) = Pipeline::start(&config.pipeline, exporters)?;
+    metrics::gauge!(telemetry::names::QUEUE_MAX_BYTES).set(config.pipeline.queue.max_bytes as f64);
+    if let Some(d) = &config.pipeline.queue.disk {
+        metrics::gauge!(telemetry::names::DISK_MAX_BYTES).set(d.max_bytes as f64);
+    }
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    metrics::gauge!(telemetry::names::START_TIME).set(started);
     let ingest_base = Ingest::new(Arc::clone(&pipeline));
     let auth = AuthLayerState::with_quotas(&config.receiver.auth.all_tokens(), crate::quota::Quotas::from_config(&config.receiver.auth));
     let throttle = Throttle::start(&config.receiver.throttle, &config.receiver.auth);

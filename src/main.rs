@@ -47,7 +47,10 @@ fn main() -> ExitCode {
         for name in weir::config::Config::ignored_env() {
             eprintln!("weir: ignoring environment variable {name}: it names no config section");
         }
-        print!("{}", config.to_yaml());
+        // The effective config without its secrets: `--check` output ends up in CI logs.
+        let mut shown = config.clone();
+        shown.receiver.auth.redact();
+        print!("{}", shown.to_yaml());
         return ExitCode::SUCCESS;
     }
     init_logging(&config.log);

@@ -54,8 +54,8 @@ async fn oversized_message_is_resource_exhausted() {
 }
 
 #[tokio::test]
-async fn tokens_are_required_on_both_servers_and_become_the_tenant() {
-    let extra = "  auth:\n    tokens: [\"alpha-token\", \"beta-token\"]\n";
+async fn tokens_are_required_on_both_servers_and_name_the_tenant() {
+    let extra = "  auth:\n    tenants: {alpha: {tokens: [\"alpha-token\"]}}\n    tokens: [\"beta-token\"]\n";
     let w = start_yaml(&base_yaml(std::path::Path::new("{dir}"), extra)).await;
     let ch = tonic::transport::Channel::from_shared(w.grpc()).unwrap().connect().await.unwrap();
 
@@ -81,18 +81,22 @@ async fn tokens_are_required_on_both_servers_and_become_the_tenant() {
     assert_eq!(r.status(), 200);
 
     assert_eq!(wait_items(&w.data_dir(), "traces", 3).await.len(), 3);
-    let alpha = metric_value(
-        &w.admin(),
-        "weir_receiver_requests_total{protocol=\"grpc\",signal=\"traces\",outcome=\"accepted\",tenant=\"alpha-token\"}",
-    )
-    .await;
+    // The tenant's name, never its token; a token of no tenant counts as token-<hash>.
+    let alpha =
+        metric_value(&w.admin(), "weir_receiver_requests_total{protocol=\"grpc\",signal=\"traces\",outcome=\"accepted\",tenant=\"alpha\"}")
+            .await;
     assert_eq!(alpha, Some(1.0));
+    let beta = format!(
+        "weir_receiver_requests_total{{protocol=\"grpc\",signal=\"traces\",outcome=\"accepted\",tenant=\"{}\"}}",
+        weir::config::token_label("beta-token")
+    );
+    assert_eq!(metric_value(&w.admin(), &beta).await, Some(1.0));
     w.app.shutdown().await;
 }
 
 #[tokio::test]
 async fn tenant_quota_refuses_with_the_exact_wait_before_the_body() {
-    let extra = "  auth:\n    tenants:\n      limited: {rate: {requests_per_second: 2, burst: 2}}\n      free: {}\n";
+    let extra = "  auth:\n    tenants:\n      limited: {tokens: [limited-token], rate: {requests_per_second: 2, burst: 2}}\n      free: {tokens: [free-token]}\n";
     let w = start_yaml(&base_yaml(std::path::Path::new("{dir}"), extra)).await;
     let c = reqwest::Client::new();
     let url = format!("{}/v1/traces", w.http());
@@ -100,17 +104,17 @@ async fn tenant_quota_refuses_with_the_exact_wait_before_the_body() {
     let send = |token: &'static str| {
         c.post(&url).header("content-type", "application/x-protobuf").header("x-bk-token", token).body(body.clone()).send()
     };
-    assert_eq!(send("limited").await.unwrap().status(), 200);
-    assert_eq!(send("limited").await.unwrap().status(), 200);
-    let r = send("limited").await.unwrap();
+    assert_eq!(send("limited-token").await.unwrap().status(), 200);
+    assert_eq!(send("limited-token").await.unwrap().status(), 200);
+    let r = send("limited-token").await.unwrap();
     assert_eq!(r.status(), 429, "third request inside the burst window");
     assert_eq!(r.headers()["retry-after"], "1", "0.5 s rounded up to whole seconds");
     for _ in 0..5 {
-        assert_eq!(send("free").await.unwrap().status(), 200, "a tenant without a rate is not limited");
+        assert_eq!(send("free-token").await.unwrap().status(), 200, "a tenant without a rate is not limited");
     }
     let ch = tonic::transport::Channel::from_shared(w.grpc()).unwrap().connect().await.unwrap();
     let mut req = tonic::Request::new(traces("g", 1, 1));
-    req.metadata_mut().insert("x-bk-token", "limited".parse().unwrap());
+    req.metadata_mut().insert("x-bk-token", "limited-token".parse().unwrap());
     let err = TraceServiceClient::new(ch).export(req).await.unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
     let wait = weir::exporter::retry_delay_of(&err).expect("RetryInfo carries the exact wait");

@@ -4,6 +4,8 @@
 
 mod support;
 
+use std::sync::Arc;
+
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -133,9 +135,31 @@ async fn a_watched_file_reloads_without_a_signal() {
 async fn sigterm_keeps_serving_for_the_shutdown_delay() {
     let yaml = "receiver:\n  http_server: {endpoint: \"{http}\"}\n  grpc_server: {endpoint: \"{grpc}\"}\npipeline: {shutdown_delay: 1500ms}\nexporters: [{type: blackhole}]\nadmin: {endpoint: \"{admin}\"}\n";
     let mut weir = start_weir_plain(yaml, 20, None).await;
+    // Load across the signal: four clients posting without pause from before SIGTERM to
+    // 1.3 s after it (inside the delay) must see only 200s, no refused or reset connection.
+    let stop_at = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, stop_at) = (format!("{}/v1/traces", weir.http), stop_at.clone());
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                let (mut ok, mut failed) = (0u32, Vec::new());
+                while stop_at.lock().unwrap().is_none_or(|t| Instant::now() < t) {
+                    match client.post(&url).header("content-type", "application/x-protobuf").body(Vec::new()).send().await {
+                        Ok(r) if r.status() == 200 => ok += 1,
+                        Ok(r) => failed.push(format!("status {}", r.status())),
+                        Err(e) => failed.push(format!("{e:?}")),
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let pid = weir.child.id().to_string();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let signalled = Instant::now();
+    *stop_at.lock().unwrap() = Some(signalled + Duration::from_millis(1300));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let ready = reqwest::get(format!("{}/readyz", weir.admin)).await.unwrap().status();
     assert_eq!(ready, 503, "not ready once SIGTERM came");
@@ -147,6 +171,10 @@ async fn sigterm_keeps_serving_for_the_shutdown_delay() {
         .await
         .expect("still accepting during the delay");
     assert_eq!(served.status(), 200);
+    for c in clients {
+        let (ok, failed) = c.await.unwrap();
+        assert!(ok > 0 && failed.is_empty(), "{ok} answered, failures across SIGTERM: {failed:?}");
+    }
     let status = tokio::task::spawn_blocking(move || weir.child.wait().unwrap()).await.unwrap();
     let took = signalled.elapsed();
     assert!(status.success(), "{status}");

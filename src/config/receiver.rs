@@ -286,6 +286,15 @@ pub fn token_label(token: &str) -> String {
 }
 
 impl AuthConfig {
+    /// Replaces every token with `<redacted>` (for printing the config).
+    pub fn redact(&mut self) {
+        let hide = |v: &mut Vec<String>| v.iter_mut().for_each(|t| *t = "<redacted>".into());
+        hide(&mut self.tokens);
+        for t in self.tenants.values_mut() {
+            hide(&mut t.tokens);
+        }
+    }
+
     /// Every accepted token with the name of its tenant.
     pub fn all_tokens(&self) -> Vec<(String, String)> {
         let mut v: Vec<(String, String)> = self.tokens.iter().map(|t| (t.clone(), token_label(t))).collect();

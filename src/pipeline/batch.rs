@@ -131,7 +131,10 @@ pub async fn export_worker(
         let Some(batch) = next else { break };
         let signal = batch.payload.signal().as_str();
         loop {
-            match exporter.export(&batch.payload).await {
+            let started = std::time::Instant::now();
+            let result = exporter.export(&batch.payload).await;
+            metrics::histogram!(names::EXPORT_DURATION, "exporter" => name.clone()).record(started.elapsed().as_secs_f64());
+            match result {
                 Ok(()) => {
                     metrics::counter!(names::ITEMS_EXPORTED, "signal" => signal, "exporter" => name.clone()).increment(batch.items as u64);
                 }

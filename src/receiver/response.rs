@@ -74,10 +74,21 @@ pub enum ApiError {
         /// Breaker open (503) rather than shedding (429).
         open: bool,
     },
+    /// An admission layer refused the request (429 / RESOURCE_EXHAUSTED); `reason` is
+    /// `admission_<layer>`.
+    #[error("{message}")]
+    Admission {
+        /// What happened.
+        message: String,
+        /// When to come back.
+        retry_after: Duration,
+        /// `admission_inflight_cap`, `admission_slow_start`, ...
+        reason: &'static str,
+    },
 }
 
 /// Every value [`ApiError::reason`] gives.
-pub const REASONS: [&str; 13] = [
+pub const REASONS: [&str; 18] = [
     "bad_request",
     "unsupported_media_type",
     "too_large",
@@ -91,7 +102,24 @@ pub const REASONS: [&str; 13] = [
     "body_timeout",
     "throttle_open",
     "throttle_shed",
+    "admission_inflight_cap",
+    "admission_slow_start",
+    "admission_burst_damping",
+    "admission_bbr",
+    "admission_queue_delay",
 ];
+
+/// The reason an admission layer's refusal is counted under.
+pub fn admission_reason(layer: crate::admission::Layer) -> &'static str {
+    use crate::admission::Layer;
+    match layer {
+        Layer::InflightCap => "admission_inflight_cap",
+        Layer::SlowStart => "admission_slow_start",
+        Layer::BurstDamping => "admission_burst_damping",
+        Layer::Bbr => "admission_bbr",
+        Layer::QueueDelay => "admission_queue_delay",
+    }
+}
 
 impl ApiError {
     /// The HTTP status.
@@ -108,7 +136,7 @@ impl ApiError {
             ApiError::BodyBudget { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Quota { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Throttled { open: true, .. } => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Throttled { open: false, .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Throttled { open: false, .. } | ApiError::Admission { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -120,7 +148,7 @@ impl ApiError {
             ApiError::Unauthenticated(_) => Code::Unauthenticated,
             ApiError::MethodNotAllowed(_) | ApiError::NotFound(_) => Code::Unimplemented,
             ApiError::QueueFull { .. } | ApiError::ShuttingDown => Code::Unavailable,
-            ApiError::Throttled { .. } => Code::ResourceExhausted,
+            ApiError::Throttled { .. } | ApiError::Admission { .. } => Code::ResourceExhausted,
             ApiError::BodyTimeout(_) => Code::DeadlineExceeded,
             ApiError::BodyBudget { .. } => Code::Unavailable,
             ApiError::Quota { .. } => Code::ResourceExhausted,
@@ -132,6 +160,7 @@ impl ApiError {
         match self {
             ApiError::QueueFull { retry_after, .. }
             | ApiError::Throttled { retry_after, .. }
+            | ApiError::Admission { retry_after, .. }
             | ApiError::BodyBudget { retry_after, .. }
             | ApiError::Quota { retry_after, .. } => Some(*retry_after),
             ApiError::ShuttingDown => Some(Duration::from_secs(5)),
@@ -155,6 +184,7 @@ impl ApiError {
             ApiError::Quota { .. } => "quota",
             ApiError::Throttled { open: true, .. } => "throttle_open",
             ApiError::Throttled { open: false, .. } => "throttle_shed",
+            ApiError::Admission { reason, .. } => reason,
         }
     }
 
@@ -179,6 +209,7 @@ impl ApiError {
             | ApiError::BodyTimeout(m) => m.as_str().into(),
             ApiError::QueueFull { message, .. }
             | ApiError::Throttled { message, .. }
+            | ApiError::Admission { message, .. }
             | ApiError::BodyBudget { message, .. }
             | ApiError::Quota { message, .. } => message.as_str().into(),
             other => other.to_string().into(),
@@ -355,6 +386,10 @@ mod tests {
             ApiError::Throttled { message: s(), retry_after: d, open: true },
             ApiError::Throttled { message: s(), retry_after: d, open: false },
         ];
+        use crate::admission::Layer;
+        let layers = [Layer::InflightCap, Layer::SlowStart, Layer::BurstDamping, Layer::Bbr, Layer::QueueDelay]
+            .map(|l| ApiError::Admission { message: s(), retry_after: d, reason: admission_reason(l) });
+        let all: Vec<ApiError> = all.into_iter().chain(layers).collect();
         let reasons: Vec<_> = all.iter().map(ApiError::reason).collect();
         assert_eq!(reasons, REASONS, "REASONS must follow reason(), one entry per value");
     }

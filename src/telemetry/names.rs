@@ -62,3 +62,11 @@ pub const DISK_CORRUPT: &str = "weir_queue_corrupt_records_total";
 pub const DISK_WRITE_ERRORS: &str = "weir_queue_write_errors_total";
 /// Cursor files that were missing or damaged and rebuilt, by `exporter`.
 pub const DISK_CURSOR_RESETS: &str = "weir_queue_cursor_resets_total";
+/// The pipeline's byte budget (`pipeline.queue.max_bytes`), for "queue near full".
+pub const QUEUE_MAX_BYTES: &str = "weir_pipeline_queue_max_bytes";
+/// The disk queue's bound (`pipeline.queue.disk.max_bytes`).
+pub const DISK_MAX_BYTES: &str = "weir_queue_disk_max_bytes";
+/// When this process started, seconds since the Unix epoch (restarts show as changes).
+pub const START_TIME: &str = "weir_start_time_seconds";
+/// Time one batch's export took, retries included, by `exporter` (histogram).
+pub const EXPORT_DURATION: &str = "weir_exporter_export_duration_seconds";

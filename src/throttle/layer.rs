@@ -121,8 +121,18 @@ impl ThrottleLayer {
     /// Counts and answers a refusal by an admission layer.
     fn refused_by(&self, req: Request<Body>, signal: Option<Signal>, layer: AdmissionLayer) -> Result<Response<Body>, drain::Draining> {
         self.counters.count_layer(signal, layer);
-        let what = format!("overloaded: refused by {}", layer.as_str());
-        self.refusal(req, signal, &what, self.manager.config().retry_after.min, false)
+        let retry_after = self.manager.config().retry_after.min;
+        self.answer(req, retry_after, |retry_after| ApiError::Admission {
+            message: format!(
+                "overloaded: refused by {} for {}; retry after {}.{}s",
+                layer.as_str(),
+                signal.map_or("request", Signal::as_str),
+                retry_after.as_secs(),
+                retry_after.subsec_millis() / 100
+            ),
+            retry_after,
+            reason: crate::receiver::response::admission_reason(layer),
+        })
     }
 
     /// Answers a request the pipeline has no room for (see [`ThrottleLayer::queue_refusal`]).

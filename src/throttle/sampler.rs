@@ -304,6 +304,35 @@ mod tests {
         assert!(snap.level.mem_valid);
         assert!((snap.level.mem - 0.5).abs() < 1e-9);
     }
+
+    #[test]
+    fn the_disk_queue_fill_is_a_water_level() {
+        use crate::throttle::state::State;
+        let mut st = Stepper::new(&ThrottleConfig::default());
+        let t = Instant::now();
+        let r = |fill: Option<f64>| Readings {
+            cpu_usage_nanos: Some(0),
+            cores: 1.0,
+            quota_set: true,
+            mem_working_set: None,
+            mem_limit: None,
+            disk_fill: fill,
+        };
+        assert_eq!(st.step(t, r(Some(0.5))).states[0], State::Normal);
+        let snap = st.step(t + Duration::from_millis(250), r(Some(0.85)));
+        assert_eq!(snap.states[0], State::Shedding, "past the disk enter line (0.80)");
+        assert!(snap.intensity > 0.0, "shedding by priority follows the fill");
+        assert!(snap.delays.shed > Duration::ZERO, "refusals carry a retry delay");
+        let snap = st.step(t + Duration::from_millis(500), r(Some(0.96)));
+        assert_eq!(snap.states[0], State::Open, "past the hard line (0.95) everything is refused");
+        let snap = st.step(t + Duration::from_millis(750), r(Some(0.5)));
+        assert_ne!(snap.states[0], State::Open);
+        // Without a disk queue the slot takes no part.
+        let mut st = Stepper::new(&ThrottleConfig::default());
+        let snap = st.step(t, r(None));
+        assert!(!snap.level.disk_valid);
+        assert_eq!(snap.states[0], State::Normal);
+    }
 }
 
 #[cfg(test)]

@@ -107,6 +107,8 @@ pub(crate) struct Shared {
     bytes: AtomicU64,
     /// Bumped when records are published (readers wait on it).
     published: watch::Sender<u64>,
+    /// fsyncs done by the writer (group commit shares them).
+    syncs: AtomicU64,
     cursors: Vec<Arc<CursorState>>,
     /// Records with smaller ids were written by an earlier run.
     first_new_id: u64,
@@ -132,6 +134,14 @@ impl Shared {
     fn seg_for(&self, cursor: u64) -> Option<Seg> {
         let segs = self.segs.lock().unwrap_or_else(|e| e.into_inner());
         segs.list.iter().rev().find(|s| s.first_id <= cursor.saturating_add(1)).or(segs.list.front()).cloned()
+    }
+
+    /// Publishes the records on disk (ids are dense: from the oldest segment's first id
+    /// to the newest record).
+    fn records_gauge(&self) {
+        let segs = self.segs.lock().unwrap_or_else(|e| e.into_inner());
+        let first = segs.list.front().map_or(segs.next_id, |s| s.first_id);
+        metrics::gauge!(names::DISK_RECORDS).set(segs.next_id.saturating_sub(first) as f64);
     }
 
     /// The id of the newest record (0: none yet).
@@ -172,6 +182,7 @@ impl Shared {
         let n = segs.list.len();
         drop(segs);
         if removed {
+            self.records_gauge();
             let _ = segment::sync_dir(&self.dir);
             metrics::gauge!(names::DISK_SEGMENTS).set(n as f64);
             metrics::gauge!(names::DISK_BYTES).set(self.bytes.load(Ordering::Relaxed) as f64);
@@ -288,11 +299,13 @@ impl DiskQueue {
             segs: Mutex::new(Segments { list, next_id }),
             bytes: AtomicU64::new(bytes),
             published,
+            syncs: AtomicU64::new(0),
             cursors,
             first_new_id: next_id,
             non_critical_limit,
         });
         shared.gc();
+        shared.records_gauge();
         let (tx, rx) = std::sync::mpsc::channel();
         let writer = writer::Writer::new(Arc::clone(&shared), file, next_id);
         let handle = std::thread::Builder::new()
@@ -373,6 +386,11 @@ impl DiskQueue {
             "segments": segments,
             "exporters": exporters,
         })
+    }
+
+    /// fsyncs the writer has done.
+    pub fn syncs(&self) -> u64 {
+        self.shared.syncs.load(Ordering::Relaxed)
     }
 
     /// Bytes on disk.
@@ -518,5 +536,75 @@ pub fn sync_word(m: SyncMode) -> &'static str {
         SyncMode::OnAck => "on_ack",
         SyncMode::Interval => "interval",
         SyncMode::None => "none",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signal::{Encoded, Signal};
+
+    fn config(dir: &Path, sync: SyncMode) -> DiskConfig {
+        DiskConfig { path: dir.to_path_buf(), segment_bytes: 1 << 20, sync, ..DiskConfig::default() }
+    }
+
+    fn payload(n: u8) -> Payload {
+        Payload::Encoded(Encoded::single(Signal::Logs, bytes::Bytes::from(vec![n; 1000]), 1))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_appends_share_fsyncs() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = DiskQueue::open(&config(dir.path(), SyncMode::OnAck), &[], 0.0).unwrap();
+        let tasks: Vec<_> = (0..200u8)
+            .map(|i| {
+                let q = Arc::clone(&q);
+                tokio::spawn(async move { q.append(&payload(i), false, None).await })
+            })
+            .collect();
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), Ok(()));
+        }
+        let syncs = q.syncs();
+        assert!((1..100).contains(&syncs), "200 concurrent on_ack appends took {syncs} fsyncs");
+        assert_eq!(q.shared.last_id(), 200);
+        q.shutdown(Duration::ZERO).await;
+    }
+
+    #[tokio::test]
+    async fn records_survive_a_reopen_with_ids_that_go_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = DiskQueue::open(&config(dir.path(), SyncMode::None), &["out".into()], 0.0).unwrap();
+        for i in 0..10 {
+            q.append(&payload(i), false, Some("team-a")).await.unwrap();
+        }
+        q.shutdown(Duration::ZERO).await;
+        drop(q);
+        let q = DiskQueue::open(&config(dir.path(), SyncMode::None), &["out".into()], 0.0).unwrap();
+        assert_eq!(q.shared.last_id(), 10, "the next id follows the records on disk");
+        assert!(q.bytes() > 10_000);
+        // Nothing acknowledged: the cursor is still 0 and the backlog is all 10.
+        assert_eq!(q.shared.cursors[0].persisted.load(Ordering::Relaxed), 0);
+        q.shutdown(Duration::ZERO).await;
+        drop(q);
+        // A second weir on the same directory is refused while the first holds it.
+        let a = DiskQueue::open(&config(dir.path(), SyncMode::None), &[], 0.0).unwrap();
+        let e = DiskQueue::open(&config(dir.path(), SyncMode::None), &[], 0.0).unwrap_err();
+        assert!(e.message.contains("another process"), "{e}");
+        drop(a);
+    }
+
+    #[tokio::test]
+    async fn the_bound_refuses_and_critical_may_use_the_reserve() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = DiskConfig { max_bytes: 2 << 20, ..config(dir.path(), SyncMode::None) };
+        let q = DiskQueue::open(&c, &[], 0.5).unwrap();
+        let big = Payload::Encoded(Encoded::single(Signal::Logs, bytes::Bytes::from(vec![7u8; 400_000]), 1));
+        q.append(&big, false, None).await.unwrap();
+        q.append(&big, false, None).await.unwrap();
+        let e = q.append(&big, false, None).await.unwrap_err();
+        assert!(matches!(e, AppendError::Full { .. }), "{e:?}");
+        q.append(&big, true, None).await.expect("critical may use the reserve");
+        q.shutdown(Duration::ZERO).await;
     }
 }

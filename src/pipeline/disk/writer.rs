@@ -1,7 +1,7 @@
 //! The writer thread: group commit.
 //!
 //! It takes the first waiting append, then every other one already waiting (up to
-//! [`GROUP_BYTES`]), writes them with one `pwrite` and, with `sync: on_ack`, one
+//! [`GROUP_BYTES`]), writes them with one `pwritev` and, with `sync: on_ack`, one
 //! `fdatasync`, then answers them all: an fsync costs once per group, however many
 //! requests share it. With `interval` it answers after the write (the data is in the
 //! page cache: a crash of weir loses nothing, a power loss up to one interval) and syncs
@@ -17,7 +17,6 @@ use super::{segment, Append, AppendError, Seg, Shared};
 use crate::config::SyncMode;
 use crate::telemetry::names;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
@@ -32,7 +31,6 @@ pub(super) struct Writer {
     /// Bytes written to the active segment.
     offset: u64,
     next_id: u64,
-    buf: Vec<u8>,
     last_sync: Instant,
     unsynced: bool,
     /// The active segment must not take more records (a sync or a cut failed).
@@ -48,7 +46,7 @@ fn kind(e: &std::io::Error) -> &'static str {
 
 impl Writer {
     pub(super) fn new(shared: Arc<Shared>, file: File, next_id: u64) -> Self {
-        Writer { shared, file, offset: 0, next_id, buf: Vec::new(), last_sync: Instant::now(), unsynced: false, broken: false }
+        Writer { shared, file, offset: 0, next_id, last_sync: Instant::now(), unsynced: false, broken: false }
     }
 
     pub(super) fn run(mut self, rx: Receiver<Append>) {
@@ -102,6 +100,7 @@ impl Writer {
         let t = Instant::now();
         let r = self.file.sync_data();
         metrics::histogram!(names::DISK_FSYNC).record(t.elapsed().as_secs_f64());
+        self.shared.syncs.fetch_add(1, Ordering::Relaxed);
         self.last_sync = Instant::now();
         if r.is_ok() {
             self.unsynced = false;
@@ -117,11 +116,16 @@ impl Writer {
         }
         let start = self.offset;
         let first_id = self.next_id;
-        self.buf.clear();
-        for (i, a) in group.iter().enumerate() {
-            a.prepared.write_to(first_id + i as u64, &mut self.buf);
+        // One pwritev for the group, straight from the requests' buffers (no copy into
+        // a group buffer: a 238 KB request costs a memcpy less).
+        let heads: Vec<[u8; 20]> = group.iter().enumerate().map(|(i, a)| a.prepared.head(first_id + i as u64)).collect();
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(group.len() * 4);
+        for (a, h) in group.iter().zip(&heads) {
+            let p = &a.prepared;
+            parts.extend([&h[..], &p.rest_head[..], &p.tenant[..], &p.payload[..]].into_iter().filter(|s| !s.is_empty()));
         }
-        if let Err(e) = self.file.write_all_at(&self.buf, start) {
+        let len: u64 = group.iter().map(|a| a.prepared.size()).sum();
+        if let Err(e) = write_parts_at(&self.file, parts, start) {
             self.cut(start);
             return self.fail(group, &e, "write");
         }
@@ -141,7 +145,6 @@ impl Writer {
             }
         }
         let n = group.len() as u64;
-        let len = self.buf.len() as u64;
         self.offset += len;
         self.next_id += n;
         self.shared.bytes.fetch_add(len, Ordering::AcqRel);
@@ -159,12 +162,9 @@ impl Writer {
         for c in &self.shared.cursors {
             c.gauges(self.next_id - 1);
         }
+        self.shared.records_gauge();
         for a in group {
             let _ = a.done.send(Ok(()));
-        }
-        // A big buffer is not kept for good after one burst.
-        if self.buf.capacity() > 2 * GROUP_BYTES as usize {
-            self.buf = Vec::new();
         }
     }
 
@@ -204,5 +204,65 @@ impl Writer {
         self.offset = 0;
         self.broken = false;
         Ok(())
+    }
+}
+
+/// Writes all of `parts`, in order, at `offset` (pwritev, short writes continued).
+fn write_parts_at(file: &File, mut parts: Vec<&[u8]>, mut offset: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    const IOV_MAX: usize = 1024;
+    let mut first = 0;
+    while first < parts.len() {
+        let iov: Vec<libc::iovec> = parts[first..]
+            .iter()
+            .take(IOV_MAX)
+            .map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() })
+            .collect();
+        // SAFETY: every iovec points into a live slice of `parts` for the whole call.
+        let n = unsafe { libc::pwritev(file.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int, offset as libc::off_t) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "pwritev wrote nothing"));
+        }
+        let mut n = n as usize;
+        offset += n as u64;
+        while n > 0 && first < parts.len() {
+            let len = parts[first].len();
+            if n >= len {
+                n -= len;
+                first += 1;
+            } else {
+                parts[first] = &parts[first][n..];
+                n = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_are_written_whole_and_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(&path).unwrap();
+        let a = vec![1u8; 3000];
+        let b = vec![2u8; 5];
+        let many: Vec<Vec<u8>> = (0..3000).map(|i| vec![(i % 251) as u8; 7]).collect();
+        let mut parts: Vec<&[u8]> = vec![&a, &b];
+        parts.extend(many.iter().map(|v| &v[..]));
+        write_parts_at(&file, parts.clone(), 10).unwrap();
+        let got = std::fs::read(&path).unwrap();
+        let want: Vec<u8> = std::iter::repeat_n(0u8, 10).chain(parts.concat()).collect();
+        assert_eq!(got, want, "more parts than IOV_MAX, at an offset");
     }
 }
