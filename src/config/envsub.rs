@@ -57,6 +57,12 @@ fn expand(s: &str, key: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result
             return Err(ConfigError::invalid(key, format!("unclosed `${{` in {s:?}")));
         };
         let inner = &rest[at + 2..at + end];
+        if inner == "tenant" {
+            // Filled in per batch by the exporters (`headers: {X-Scope-OrgID: "${tenant}"}`).
+            out.push_str("${tenant}");
+            rest = &rest[at + end + 1..];
+            continue;
+        }
         let Some(spec) = inner.strip_prefix("env:") else {
             return Err(ConfigError::invalid(
                 key,
@@ -113,6 +119,7 @@ mod tests {
         assert!(e.contains("a.b") && e.contains("MISSING"), "{e}");
         assert!(x("${env:TOKEN").unwrap_err().to_string().contains("unclosed"));
         assert!(x("${file:/etc/passwd}").unwrap_err().to_string().contains("only"));
+        assert_eq!(x("org-${tenant}").unwrap(), ("org-${tenant}".into(), false), "left for the exporters");
         assert!(x("${env:BAD NAME}").unwrap_err().to_string().contains("not an environment variable name"));
     }
 }

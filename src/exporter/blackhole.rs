@@ -19,7 +19,7 @@ impl Exporter for BlackholeExporter {
     fn name(&self) -> &str {
         &self.name
     }
-    fn export<'a>(&'a self, _payload: &'a Payload) -> BoxFuture<'a, Result<(), ExportError>> {
+    fn export<'a>(&'a self, _payload: &'a Payload, _tenant: Option<&'a str>) -> BoxFuture<'a, Result<(), ExportError>> {
         Box::pin(async { Ok(()) })
     }
 }

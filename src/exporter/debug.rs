@@ -20,7 +20,7 @@ impl Exporter for DebugExporter {
     fn name(&self) -> &str {
         &self.name
     }
-    fn export<'a>(&'a self, payload: &'a Payload) -> BoxFuture<'a, Result<(), ExportError>> {
+    fn export<'a>(&'a self, payload: &'a Payload, _tenant: Option<&'a str>) -> BoxFuture<'a, Result<(), ExportError>> {
         Box::pin(async move {
             tracing::info!(exporter = %self.name, signal = payload.signal().as_str(), items = payload.item_count(), "debug export");
             if self.detailed {

@@ -93,7 +93,7 @@ impl Exporter for FileExporter {
         &self.name
     }
 
-    fn export<'a>(&'a self, payload: &'a Payload) -> BoxFuture<'a, Result<(), ExportError>> {
+    fn export<'a>(&'a self, payload: &'a Payload, _tenant: Option<&'a str>) -> BoxFuture<'a, Result<(), ExportError>> {
         let files = Arc::clone(&self.files);
         let idx = payload.signal().index();
         Box::pin(async move {

@@ -62,8 +62,13 @@ impl ExportError {
 pub trait Exporter: Send + Sync {
     /// Name for metrics and logs.
     fn name(&self) -> &str;
-    /// Sends one batch, retrying as configured; an `Err` means the items are dropped.
-    fn export<'a>(&'a self, payload: &'a Payload) -> BoxFuture<'a, Result<(), ExportError>>;
+    /// Sends one batch of `tenant`'s data (`None`: batches mix tenants, or there is no
+    /// auth), retrying as configured; an `Err` means the items are dropped.
+    fn export<'a>(&'a self, payload: &'a Payload, tenant: Option<&'a str>) -> BoxFuture<'a, Result<(), ExportError>>;
+    /// Whether a batch must hold one tenant's data only (a header names the tenant).
+    fn splits_tenants(&self) -> bool {
+        false
+    }
     /// Flushes buffers at shutdown.
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {})
@@ -97,4 +102,17 @@ pub fn build(configs: &[ExporterConfig]) -> Result<Vec<Arc<dyn Exporter>>, Build
             Ok(e)
         })
         .collect()
+}
+
+/// Header names and values.
+pub(crate) type Headers = Vec<(String, String)>;
+
+/// A configured header split in two: fixed ones, and `${tenant}` templates filled per batch.
+pub(crate) fn split_headers(headers: &std::collections::BTreeMap<String, String>) -> (Headers, Headers) {
+    headers.iter().map(|(k, v)| (k.clone(), v.clone())).partition(|(_, v)| !v.contains("${tenant}"))
+}
+
+/// A `${tenant}` template filled in; `None` without a tenant (the header is then left out).
+pub(crate) fn fill_tenant(template: &str, tenant: Option<&str>) -> Option<String> {
+    tenant.map(|t| template.replace("${tenant}", t))
 }

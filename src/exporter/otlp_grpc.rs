@@ -21,6 +21,8 @@ pub struct OtlpGrpcExporter {
     channel: Channel,
     config: OtlpExporterConfig,
     metadata: MetadataMap,
+    /// Metadata naming the tenant, filled per batch.
+    per_tenant: Vec<(MetadataKey<tonic::metadata::Ascii>, String)>,
 }
 
 impl OtlpGrpcExporter {
@@ -32,15 +34,21 @@ impl OtlpGrpcExporter {
         }
         let channel = endpoint.connect_timeout(config.timeout).connect_lazy();
         let mut metadata = MetadataMap::new();
-        for (k, v) in &config.headers {
+        let (fixed, templates) = super::split_headers(&config.headers);
+        for (k, v) in &fixed {
             let key = MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes()).map_err(|e| format!("headers.{k}: {e}"))?;
             let value = MetadataValue::try_from(v.as_str()).map_err(|e| format!("headers.{k}: {e}"))?;
             metadata.insert(key, value);
         }
-        Ok(OtlpGrpcExporter { name, channel, config: config.clone(), metadata })
+        let mut per_tenant = Vec::new();
+        for (k, v) in templates {
+            let key = MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes()).map_err(|e| format!("headers.{k}: {e}"))?;
+            per_tenant.push((key, v));
+        }
+        Ok(OtlpGrpcExporter { name, channel, config: config.clone(), metadata, per_tenant })
     }
 
-    async fn attempt(&self, signal: Signal, body: &Bytes) -> Attempt {
+    async fn attempt(&self, signal: Signal, body: &Bytes, metadata: &MetadataMap) -> Attempt {
         let mut grpc = tonic::client::Grpc::new(self.channel.clone()).max_decoding_message_size(64 << 20);
         if self.config.compression == "gzip" {
             grpc = grpc.send_compressed(CompressionEncoding::Gzip);
@@ -49,15 +57,15 @@ impl OtlpGrpcExporter {
             return Attempt::Retry { after: None, message: format!("channel not ready: {e}") };
         }
         let path = PathAndQuery::from_static(signal.grpc_path());
-        match grpc.unary(self.request(body.clone()), path, BytesCodec).await {
+        match grpc.unary(self.request(body.clone(), metadata), path, BytesCodec).await {
             Ok(_) => Attempt::Done,
             Err(status) => classify_status(&status),
         }
     }
 
-    fn request<T>(&self, msg: T) -> tonic::Request<T> {
+    fn request<T>(&self, msg: T, metadata: &MetadataMap) -> tonic::Request<T> {
         let mut req = tonic::Request::new(msg);
-        *req.metadata_mut() = self.metadata.clone();
+        *req.metadata_mut() = metadata.clone();
         req.set_timeout(self.config.timeout);
         req
     }
@@ -90,12 +98,22 @@ impl Exporter for OtlpGrpcExporter {
     fn name(&self) -> &str {
         &self.name
     }
-    fn export<'a>(&'a self, payload: &'a Payload) -> BoxFuture<'a, Result<(), ExportError>> {
+    fn splits_tenants(&self) -> bool {
+        !self.per_tenant.is_empty()
+    }
+    fn export<'a>(&'a self, payload: &'a Payload, tenant: Option<&'a str>) -> BoxFuture<'a, Result<(), ExportError>> {
         Box::pin(async move {
             // Encoded once, sent as bytes on every attempt (a batch of requests that
             // arrived as protobuf is forwarded without being decoded or copied).
             let body = payload.to_bytes();
-            let r = with_retry(&self.config.retry, || self.attempt(payload.signal(), &body)).await;
+            let mut metadata = self.metadata.clone();
+            for (k, t) in &self.per_tenant {
+                // A tenant name that is not a valid metadata value leaves it out.
+                if let Some(v) = super::fill_tenant(t, tenant).and_then(|v| MetadataValue::try_from(v.as_str()).ok()) {
+                    metadata.insert(k.clone(), v);
+                }
+            }
+            let r = with_retry(&self.config.retry, || self.attempt(payload.signal(), &body, &metadata)).await;
             metrics::counter!(crate::telemetry::names::EXPORTER_REQUESTS, "exporter" => self.name.clone(), "outcome" => if r.is_ok() { "sent" } else { "failed" }).increment(1);
             r
         })

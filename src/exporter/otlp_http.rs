@@ -13,23 +13,35 @@ pub struct OtlpHttpExporter {
     name: String,
     client: reqwest::Client,
     config: OtlpHttpExporterConfig,
+    /// Headers naming the tenant, filled per batch.
+    per_tenant: Vec<(HeaderName, String)>,
 }
 
 impl OtlpHttpExporter {
     /// Builds the client.
     pub fn new(name: String, config: &OtlpHttpExporterConfig) -> Result<Self, String> {
         let mut headers = HeaderMap::new();
-        for (k, v) in &config.headers {
+        let (fixed, templates) = super::split_headers(&config.headers);
+        for (k, v) in &fixed {
             let key = HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("headers.{k}: {e}"))?;
             let value = HeaderValue::from_str(v).map_err(|e| format!("headers.{k}: {e}"))?;
             headers.insert(key, value);
         }
+        let mut per_tenant = Vec::new();
+        for (k, v) in templates {
+            let key = HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("headers.{k}: {e}"))?;
+            HeaderValue::from_str(&v.replace("${tenant}", "t")).map_err(|e| format!("headers.{k}: {e}"))?;
+            per_tenant.push((key, v));
+        }
         let client = reqwest::Client::builder().default_headers(headers).timeout(config.timeout).build().map_err(|e| e.to_string())?;
-        Ok(OtlpHttpExporter { name, client, config: config.clone() })
+        Ok(OtlpHttpExporter { name, client, config: config.clone(), per_tenant })
     }
 
-    async fn attempt(&self, url: &str, body: &bytes::Bytes) -> Attempt {
+    async fn attempt(&self, url: &str, body: &bytes::Bytes, tenant: &[(HeaderName, HeaderValue)]) -> Attempt {
         let mut req = self.client.post(url).header(CONTENT_TYPE, "application/x-protobuf").body(body.clone());
+        for (k, v) in tenant {
+            req = req.header(k, v);
+        }
         if self.config.compression == "gzip" {
             req = req.header(CONTENT_ENCODING, "gzip");
         }
@@ -60,8 +72,17 @@ impl Exporter for OtlpHttpExporter {
     fn name(&self) -> &str {
         &self.name
     }
-    fn export<'a>(&'a self, payload: &'a Payload) -> BoxFuture<'a, Result<(), ExportError>> {
+    fn splits_tenants(&self) -> bool {
+        !self.per_tenant.is_empty()
+    }
+    fn export<'a>(&'a self, payload: &'a Payload, tenant: Option<&'a str>) -> BoxFuture<'a, Result<(), ExportError>> {
         Box::pin(async move {
+            // A tenant name that is not a valid header value leaves the header out.
+            let tenant_headers: Vec<(HeaderName, HeaderValue)> = self
+                .per_tenant
+                .iter()
+                .filter_map(|(k, t)| Some((k.clone(), HeaderValue::from_str(&super::fill_tenant(t, tenant)?).ok()?)))
+                .collect();
             let url = format!("{}{}", self.config.endpoint.trim_end_matches('/'), payload.signal().http_path());
             let raw = payload.to_bytes();
             let body = if self.config.compression == "gzip" {
@@ -71,7 +92,7 @@ impl Exporter for OtlpHttpExporter {
             } else {
                 raw
             };
-            let r = with_retry(&self.config.retry, || self.attempt(&url, &body)).await;
+            let r = with_retry(&self.config.retry, || self.attempt(&url, &body, &tenant_headers)).await;
             metrics::counter!(crate::telemetry::names::EXPORTER_REQUESTS, "exporter" => self.name.clone(), "outcome" => if r.is_ok() { "sent" } else { "failed" }).increment(1);
             r
         })

@@ -21,12 +21,14 @@ pub struct Batch {
     _permits: Vec<BytesPermit>,
     /// With the disk queue: what to acknowledge when the export has ended.
     ack: Option<Ack>,
+    /// The one tenant whose data this is, when batches are split by tenant.
+    pub tenant: Option<Arc<str>>,
 }
 
 impl Batch {
     /// A batch read from the disk queue, acknowledged with `ack` once its export ends.
-    pub fn durable(payload: Payload, items: usize, permits: Vec<BytesPermit>, ack: Ack) -> Self {
-        Batch { payload, items, _permits: permits, ack: Some(ack) }
+    pub fn durable(payload: Payload, items: usize, permits: Vec<BytesPermit>, ack: Ack, tenant: Option<Arc<str>>) -> Self {
+        Batch { payload, items, _permits: permits, ack: Some(ack), tenant }
     }
 }
 
@@ -57,12 +59,21 @@ pub struct Batcher {
     timeout: Duration,
     exporters: Vec<mpsc::Sender<Arc<Batch>>>,
     open: Option<(Batch, Instant)>,
+    /// Batches hold one tenant's data each (an exporter's header names the tenant).
+    split_tenants: bool,
 }
 
 impl Batcher {
     /// A batcher feeding `exporters`.
     pub fn new(signal: Signal, max_items: usize, timeout: Duration, exporters: Vec<mpsc::Sender<Arc<Batch>>>) -> Self {
-        Batcher { signal, max_items, timeout, exporters, open: None }
+        Batcher { signal, max_items, timeout, exporters, open: None, split_tenants: false }
+    }
+
+    /// Keeps tenants apart: a payload of another tenant than the open batch's starts a
+    /// new batch.
+    pub fn split_tenants(mut self, split: bool) -> Self {
+        self.split_tenants = split;
+        self
     }
 
     /// Runs until the input channel closes, then flushes.
@@ -82,7 +93,10 @@ impl Batcher {
     }
 
     async fn add(&mut self, q: Queued) {
-        let Queued { payload, items, permit } = q;
+        let Queued { payload, items, permit, tenant } = q;
+        if self.split_tenants && self.open.as_ref().is_some_and(|(b, _)| b.tenant != tenant) {
+            self.flush().await;
+        }
         let payload = match self.open.as_mut() {
             Some((batch, _)) => match batch.payload.merge(payload) {
                 None => {
@@ -97,7 +111,8 @@ impl Batcher {
         };
         if let Some((payload, permit)) = payload {
             self.flush().await;
-            self.open = Some((Batch { payload, items, _permits: vec![permit], ack: None }, Instant::now() + self.timeout));
+            let tenant = if self.split_tenants { tenant } else { None };
+            self.open = Some((Batch { payload, items, _permits: vec![permit], ack: None, tenant }, Instant::now() + self.timeout));
         }
         let full = self.open.as_ref().is_some_and(|(b, _)| b.items >= self.max_items || b.payload.signal() == Signal::Profiles);
         if full {
@@ -132,7 +147,7 @@ pub async fn export_worker(
         let signal = batch.payload.signal().as_str();
         loop {
             let started = std::time::Instant::now();
-            let result = exporter.export(&batch.payload).await;
+            let result = exporter.export(&batch.payload, batch.tenant.as_deref()).await;
             metrics::histogram!(names::EXPORT_DURATION, "exporter" => name.clone()).record(started.elapsed().as_secs_f64());
             match result {
                 Ok(()) => {

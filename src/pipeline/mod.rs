@@ -63,6 +63,8 @@ pub struct Queued {
     pub items: usize,
     /// Its byte reservation.
     pub permit: BytesPermit,
+    /// Its tenant's name, if any.
+    pub tenant: Option<Arc<str>>,
 }
 
 /// The handle receivers submit to.
@@ -109,13 +111,17 @@ impl Pipeline {
         let mut workers = Vec::new();
         let n = config.export_workers.max(1);
         let n_exporters = exporters.len().max(1);
+        // A header that names the tenant means no batch may mix tenants.
+        let split_tenants = exporters.iter().any(|e| e.splits_tenants());
         for (i, exporter) in exporters.into_iter().enumerate() {
             let (tx, rx) = mpsc::channel::<Arc<Batch>>(n * 2);
             match &disk {
                 // Each reader reads ahead at most its share of the memory budget.
-                Some(q) => q.start_reader(i, &config.batch, config.queue.max_bytes / n_exporters, tx).map_err(|e| disk::OpenError {
-                    path: config.queue.disk.as_ref().map(|d| d.path.display().to_string()).unwrap_or_default(),
-                    message: format!("cannot start a reader thread: {e}"),
+                Some(q) => q.start_reader(i, &config.batch, config.queue.max_bytes / n_exporters, split_tenants, tx).map_err(|e| {
+                    disk::OpenError {
+                        path: config.queue.disk.as_ref().map(|d| d.path.display().to_string()).unwrap_or_default(),
+                        message: format!("cannot start a reader thread: {e}"),
+                    }
                 })?,
                 None => exporter_txs.push(tx),
             }
@@ -131,7 +137,8 @@ impl Pipeline {
         let senders = disk.is_none().then(|| {
             Signal::ALL.map(|signal| {
                 let (tx, rx) = mpsc::unbounded_channel();
-                let batcher = Batcher::new(signal, config.batch.max_items, config.batch.timeout, exporter_txs.clone());
+                let batcher =
+                    Batcher::new(signal, config.batch.max_items, config.batch.timeout, exporter_txs.clone()).split_tenants(split_tenants);
                 batchers.push(tokio::spawn(batcher.run(rx)));
                 tx
             })
@@ -184,10 +191,10 @@ impl Pipeline {
                 }
             });
         }
-        self.submit_memory(payload, critical)
+        self.submit_memory(payload, critical, tenant)
     }
 
-    fn submit_memory(&self, payload: Payload, critical: bool) -> Result<(), SubmitError> {
+    fn submit_memory(&self, payload: Payload, critical: bool, tenant: Option<&str>) -> Result<(), SubmitError> {
         let senders = self.senders.read().unwrap_or_else(|e| e.into_inner());
         let Some(senders) = senders.as_ref() else {
             return Err(SubmitError::ShuttingDown);
@@ -201,7 +208,8 @@ impl Pipeline {
             max: self.budget.max(),
             retry_after: self.retry_after,
         })?;
-        senders[signal.index()].send(Queued { payload, items, permit }).map_err(|_| SubmitError::ShuttingDown)
+        let tenant = tenant.map(Arc::from);
+        senders[signal.index()].send(Queued { payload, items, permit, tenant }).map_err(|_| SubmitError::ShuttingDown)
     }
 
     /// Bytes held by the pipeline now (on disk, with a disk queue).

@@ -238,6 +238,17 @@ impl DiskQueue {
     /// an earlier run left, and starts the writer thread. Non-critical requests may fill
     /// all but `critical_reserve` of `max_bytes`.
     pub fn open(config: &DiskConfig, exporters: &[String], critical_reserve: f64) -> Result<Arc<DiskQueue>, OpenError> {
+        Self::open_with(config, exporters, critical_reserve, Arc::new(writer::RealFiles))
+    }
+
+    /// [`DiskQueue::open`] with the writer's file operations given (tests inject
+    /// failures this way).
+    pub(crate) fn open_with(
+        config: &DiskConfig,
+        exporters: &[String],
+        critical_reserve: f64,
+        files: Arc<dyn writer::SegmentFiles>,
+    ) -> Result<Arc<DiskQueue>, OpenError> {
         let dir = config.path.clone();
         let err = |m: String| OpenError { path: dir.display().to_string(), message: m };
         let cursor_dir = dir.join("cursors");
@@ -272,13 +283,8 @@ impl DiskQueue {
         let mut list = list;
         let next_id = last_id + 1;
         let active = dir.join(segment::file_name(next_id));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&active)
-            .map_err(|e| err(format!("cannot create segment {}: {e}", active.display())))?;
-        segment::sync_dir(&dir).map_err(|e| err(format!("cannot sync the directory: {e}")))?;
+        let file = files.create(&active).map_err(|e| err(format!("cannot create segment {}: {e}", active.display())))?;
+        files.sync_dir(&dir).map_err(|e| err(format!("cannot sync the directory: {e}")))?;
         list.push_back(Seg { first_id: next_id, path: active, len: 0, max_id: 0 });
         let backlog =
             next_id - 1 - cursors.iter().map(|c| c.persisted.load(Ordering::Relaxed)).min().unwrap_or(next_id - 1).min(next_id - 1);
@@ -307,7 +313,7 @@ impl DiskQueue {
         shared.gc();
         shared.records_gauge();
         let (tx, rx) = std::sync::mpsc::channel();
-        let writer = writer::Writer::new(Arc::clone(&shared), file, next_id);
+        let writer = writer::Writer::new(Arc::clone(&shared), files, file, next_id);
         let handle = std::thread::Builder::new()
             .name("weir-queue-writer".into())
             .spawn(move || writer.run(rx))
@@ -330,10 +336,12 @@ impl DiskQueue {
         index: usize,
         batch: &crate::config::BatchConfig,
         memory: usize,
+        split_tenants: bool,
         tx: tokio::sync::mpsc::Sender<Arc<super::batch::Batch>>,
     ) -> std::io::Result<()> {
         let window = Arc::clone(&self.shared.cursors[index].window);
-        let r = reader::Reader::new(Arc::clone(&self.shared), index, Arc::clone(&window), batch, memory, tx, self.stop.subscribe());
+        let r = reader::Reader::new(Arc::clone(&self.shared), index, Arc::clone(&window), batch, memory, tx, self.stop.subscribe())
+            .split_tenants(split_tenants);
         let handle = tokio::runtime::Handle::current();
         let name = format!("weir-queue-read-{index}");
         let t = std::thread::Builder::new().name(name).spawn(move || handle.block_on(r.run()))?;
@@ -606,5 +614,86 @@ mod tests {
         assert!(matches!(e, AppendError::Full { .. }), "{e:?}");
         q.append(&big, true, None).await.expect("critical may use the reserve");
         q.shutdown(Duration::ZERO).await;
+    }
+
+    /// Real files whose next write or fsync fails on demand.
+    #[derive(Default)]
+    struct Faulty {
+        fail_write: Arc<std::sync::atomic::AtomicBool>,
+        fail_sync: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    struct FaultyFile {
+        file: std::fs::File,
+        fail_write: Arc<std::sync::atomic::AtomicBool>,
+        fail_sync: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl writer::SegmentFiles for Faulty {
+        fn create(&self, path: &Path) -> std::io::Result<Box<dyn writer::SegmentFile>> {
+            let file = std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(path)?;
+            Ok(Box::new(FaultyFile { file, fail_write: Arc::clone(&self.fail_write), fail_sync: Arc::clone(&self.fail_sync) }))
+        }
+        fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+            segment::sync_dir(dir)
+        }
+    }
+
+    impl writer::SegmentFile for FaultyFile {
+        fn write_parts_at(&self, parts: Vec<&[u8]>, offset: u64) -> std::io::Result<()> {
+            if self.fail_write.swap(false, Ordering::SeqCst) {
+                // Half of it reaches the file first, as a real short write before ENOSPC.
+                let all = parts.concat();
+                writer::SegmentFile::write_parts_at(&self.file, vec![&all[..all.len() / 2]], offset)?;
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            writer::SegmentFile::write_parts_at(&self.file, parts, offset)
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            if self.fail_sync.swap(false, Ordering::SeqCst) {
+                return Err(std::io::Error::from_raw_os_error(libc::EIO));
+            }
+            self.file.sync_data()
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.file.set_len(len)
+        }
+    }
+
+    /// Every record on disk, in id order: (id, first payload byte).
+    fn on_disk(dir: &Path) -> Vec<(u64, u8)> {
+        let mut out = Vec::new();
+        for (_, path) in segment::list(dir).unwrap() {
+            let len = std::fs::metadata(&path).unwrap().len();
+            let mut r = segment::SegmentReader::open(&path).unwrap();
+            let mut at = 0;
+            while let segment::Step::Record(rec, next) = r.step(at, len).unwrap() {
+                out.push((rec.meta.id, rec.payload[0]));
+                at = next;
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_or_fsync_refuses_its_group_and_the_next_one_is_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let faulty = Faulty::default();
+        let (fail_write, fail_sync) = (Arc::clone(&faulty.fail_write), Arc::clone(&faulty.fail_sync));
+        let q = DiskQueue::open_with(&config(dir.path(), SyncMode::OnAck), &[], 0.0, Arc::new(faulty)).unwrap();
+        q.append(&payload(1), false, None).await.unwrap();
+        fail_write.store(true, Ordering::SeqCst);
+        let e = q.append(&payload(2), false, None).await.unwrap_err();
+        assert!(matches!(&e, AppendError::Io(m) if m.contains("write")), "{e:?}");
+        q.append(&payload(3), false, None).await.expect("space is back: stored");
+        fail_sync.store(true, Ordering::SeqCst);
+        let e = q.append(&payload(4), false, None).await.unwrap_err();
+        assert!(matches!(&e, AppendError::Io(m) if m.contains("fsync")), "{e:?}");
+        q.append(&payload(5), false, None).await.expect("after a failed fsync a new segment takes the next group");
+        q.shutdown(Duration::ZERO).await;
+        // Only what was acknowledged is on disk, whole, in order; the failed fsync sealed
+        // its segment and the next record went to a new one.
+        assert_eq!(on_disk(dir.path()), vec![(1, 1), (2, 3), (3, 5)]);
+        assert_eq!(segment::list(dir.path()).unwrap().len(), 2);
     }
 }

@@ -95,6 +95,7 @@ struct Open {
     last_id: u64,
     oldest_ts: u64,
     deadline: Instant,
+    tenant: Option<Arc<str>>,
 }
 
 /// One exporter's reader.
@@ -109,6 +110,7 @@ pub struct Reader {
     stop: watch::Receiver<bool>,
     open: Option<Open>,
     name: String,
+    split_tenants: bool,
 }
 
 impl Reader {
@@ -134,7 +136,15 @@ impl Reader {
             stop,
             open: None,
             name,
+            split_tenants: false,
         }
+    }
+
+    /// Keeps tenants apart: a record of another tenant than the open batch's starts a
+    /// new batch.
+    pub(super) fn split_tenants(mut self, split: bool) -> Self {
+        self.split_tenants = split;
+        self
     }
 
     fn stopped(&self) -> bool {
@@ -204,7 +214,10 @@ impl Reader {
                         self.window.push(m.id, m.ts_ms, true);
                         continue;
                     }
-                    self.add(m.id, m.ts_ms, m.signal, m.items as usize, rec.payload).await;
+                    let tenant = (self.split_tenants && !rec.tenant.is_empty())
+                        .then(|| std::str::from_utf8(&rec.tenant).ok().map(Arc::from))
+                        .flatten();
+                    self.add(m.id, m.ts_ms, m.signal, m.items as usize, rec.payload, tenant).await;
                 }
                 Ok(Step::Corrupt { why, resume }) => {
                     tracing::warn!(exporter = %self.name, segment = %seg.path.display(), offset = at, why, "damaged record skipped");
@@ -273,7 +286,7 @@ impl Reader {
     }
 
     /// Adds a record to the open batch (flushing first when it does not fit or merge).
-    async fn add(&mut self, id: u64, ts_ms: u64, signal: Signal, items: usize, bytes: bytes::Bytes) {
+    async fn add(&mut self, id: u64, ts_ms: u64, signal: Signal, items: usize, bytes: bytes::Bytes, tenant: Option<Arc<str>>) {
         let permit = loop {
             if let Some(p) = self.budget.try_reserve(signal, bytes.len(), items) {
                 break p;
@@ -289,7 +302,8 @@ impl Reader {
             }
         };
         let payload = Payload::Encoded(Encoded::single(signal, bytes, items));
-        let mergeable = self.open.as_ref().is_some_and(|o| o.payload.signal() == signal && signal != Signal::Profiles);
+        let mergeable =
+            self.open.as_ref().is_some_and(|o| o.payload.signal() == signal && signal != Signal::Profiles && o.tenant == tenant);
         if !mergeable {
             self.flush().await;
         }
@@ -308,6 +322,7 @@ impl Reader {
                     last_id: id,
                     oldest_ts: ts_ms,
                     deadline: Instant::now() + self.timeout,
+                    tenant,
                 })
             }
         }
@@ -321,7 +336,7 @@ impl Reader {
         let Some(o) = self.open.take() else { return };
         let seq = self.window.push(o.last_id, o.oldest_ts, false);
         let ack = Ack::new(Arc::clone(&self.window), seq);
-        let batch = Arc::new(Batch::durable(o.payload, o.items, o.permits, ack));
+        let batch = Arc::new(Batch::durable(o.payload, o.items, o.permits, ack, o.tenant));
         tokio::select! {
             r = self.tx.send(batch) => {
                 if r.is_err() {

@@ -17,6 +17,7 @@ use super::{segment, Append, AppendError, Seg, Shared};
 use crate::config::SyncMode;
 use crate::telemetry::names;
 use std::fs::File;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
@@ -25,9 +26,53 @@ use std::time::{Duration, Instant};
 /// A group stops growing past this many bytes.
 const GROUP_BYTES: u64 = 16 << 20;
 
+/// The writer's file operations: the real ones, or (tests) ones that fail on demand,
+/// since a failed fsync or EIO cannot be produced on a real disk at will.
+pub(crate) trait SegmentFiles: Send + Sync {
+    /// Creates (truncating) the segment file at `path`.
+    fn create(&self, path: &Path) -> std::io::Result<Box<dyn SegmentFile>>;
+    /// fsyncs the queue directory.
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()>;
+}
+
+/// One open segment file.
+pub(crate) trait SegmentFile: Send {
+    /// Writes all of `parts`, in order, at `offset`.
+    fn write_parts_at(&self, parts: Vec<&[u8]>, offset: u64) -> std::io::Result<()>;
+    /// fdatasync.
+    fn sync_data(&self) -> std::io::Result<()>;
+    /// Truncates to `len`.
+    fn set_len(&self, len: u64) -> std::io::Result<()>;
+}
+
+/// The real file system.
+pub(crate) struct RealFiles;
+
+impl SegmentFiles for RealFiles {
+    fn create(&self, path: &Path) -> std::io::Result<Box<dyn SegmentFile>> {
+        Ok(Box::new(std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(path)?))
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        segment::sync_dir(dir)
+    }
+}
+
+impl SegmentFile for File {
+    fn write_parts_at(&self, parts: Vec<&[u8]>, offset: u64) -> std::io::Result<()> {
+        write_parts_at(self, parts, offset)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        File::sync_data(self)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        File::set_len(self, len)
+    }
+}
+
 pub(super) struct Writer {
     shared: Arc<Shared>,
-    file: File,
+    file: Box<dyn SegmentFile>,
+    files: Arc<dyn SegmentFiles>,
     /// Bytes written to the active segment.
     offset: u64,
     next_id: u64,
@@ -45,8 +90,8 @@ fn kind(e: &std::io::Error) -> &'static str {
 }
 
 impl Writer {
-    pub(super) fn new(shared: Arc<Shared>, file: File, next_id: u64) -> Self {
-        Writer { shared, file, offset: 0, next_id, last_sync: Instant::now(), unsynced: false, broken: false }
+    pub(super) fn new(shared: Arc<Shared>, files: Arc<dyn SegmentFiles>, file: Box<dyn SegmentFile>, next_id: u64) -> Self {
+        Writer { shared, file, files, offset: 0, next_id, last_sync: Instant::now(), unsynced: false, broken: false }
     }
 
     pub(super) fn run(mut self, rx: Receiver<Append>) {
@@ -125,7 +170,7 @@ impl Writer {
             parts.extend([&h[..], &p.rest_head[..], &p.tenant[..], &p.payload[..]].into_iter().filter(|s| !s.is_empty()));
         }
         let len: u64 = group.iter().map(|a| a.prepared.size()).sum();
-        if let Err(e) = write_parts_at(&self.file, parts, start) {
+        if let Err(e) = self.file.write_parts_at(parts, start) {
             self.cut(start);
             return self.fail(group, &e, "write");
         }
@@ -186,9 +231,9 @@ impl Writer {
             }
         }
         let path = self.shared.dir.join(segment::file_name(self.next_id));
-        let file = std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(&path)?;
+        let file = self.files.create(&path)?;
         if self.shared.config.sync != SyncMode::None {
-            segment::sync_dir(&self.shared.dir)?;
+            self.files.sync_dir(&self.shared.dir)?;
         }
         let mut segs = self.shared.segs.lock().unwrap_or_else(|e| e.into_inner());
         if self.offset == 0 {
