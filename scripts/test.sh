@@ -6,6 +6,8 @@
 # fails if weir's counts disagree with the load, or if refusals break HTTP/2 connections).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# promtool and a real Prometheus for the alert-rule and dashboard tests (tests/deploy.rs).
+command -v promtool > /dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; }
 cargo test --workspace --all-targets
 bash scripts/python-sdk-test.sh
 bash scripts/bench-smoke.sh

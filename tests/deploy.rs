@@ -327,3 +327,41 @@ log: {{level: warn}}
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
+
+/// `log.format: json` writes one JSON object per line with the documented fields:
+/// `timestamp`, `level`, `target`, and `fields` holding `message` and the event's fields.
+#[test]
+fn json_logs_have_stable_field_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let (http, grpc, admin) = (free_port(), free_port(), free_port());
+    let config = format!(
+        "receiver:\n  http_server: {{endpoint: \"127.0.0.1:{http}\"}}\n  grpc_server: {{endpoint: \"127.0.0.1:{grpc}\"}}\npipeline: {{shutdown_delay: 0s}}\nexporters: [{{type: blackhole}}]\nadmin: {{endpoint: \"127.0.0.1:{admin}\"}}\nlog: {{level: info, format: json}}\n"
+    );
+    std::fs::write(dir.path().join("weir.yaml"), config).unwrap();
+    let log = dir.path().join("weir.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("--config")
+        .arg(dir.path().join("weir.yaml"))
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("admin listening") {
+        assert!(std::time::Instant::now() < deadline, "weir did not start: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.lines().count() >= 3, "{text}");
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        for key in ["timestamp", "level", "target"] {
+            assert!(v[key].is_string(), "no {key}: {line}");
+        }
+        assert!(v["fields"]["message"].is_string(), "no fields.message: {line}");
+        assert!(!line.contains('\u{1b}'), "colour codes in a log file: {line}");
+    }
+    assert!(text.contains("\"shutdown complete\""), "{text}");
+}

@@ -40,25 +40,17 @@ pub fn derive_delays(config: &ThrottleConfig, level: &WaterLevel) -> Delays {
         shed = shed.max(samples_to_fall(level.cpu_slow, cpu.exit, config.signal.cpu_slow_beta) + n);
         open = open.max(samples_to_fall(level.cpu_fast, cpu.hard, config.signal.cpu_fast_beta) + n);
     }
-    if mem.enabled && level.mem_valid {
-        let n = f64::from(mem.breach_n) + 4.0;
-        if level.mem > mem.exit {
-            shed = shed.max(n);
-        }
-        if level.mem >= mem.hard {
-            open = open.max(n);
-        }
-    }
-    let disk = &config.thresholds.disk;
-    if disk.enabled && level.disk_valid {
-        // The disk drains at the exporters' pace, which the throttle does not know: the
-        // same few samples as memory.
-        let n = f64::from(disk.breach_n) + 4.0;
-        if level.disk > disk.exit {
-            shed = shed.max(n);
-        }
-        if level.disk >= disk.hard {
-            open = open.max(n);
+    // Memory is not smoothed, and the disk drains at the exporters' pace, which the
+    // throttle does not know: a few samples past the breach count for both.
+    for (slot, valid, value) in [(mem, level.mem_valid, level.mem), (&config.thresholds.disk, level.disk_valid, level.disk)] {
+        if slot.enabled && valid {
+            let n = f64::from(slot.breach_n) + 4.0;
+            if value > slot.exit {
+                shed = shed.max(n);
+            }
+            if value >= slot.hard {
+                open = open.max(n);
+            }
         }
     }
     Delays { shed: Duration::from_secs_f64(shed * interval), open: Duration::from_secs_f64(open.max(shed) * interval) }

@@ -67,11 +67,13 @@ impl SegmentReader {
         Ok(SegmentReader { file: File::open(path)?, buf: Bytes::new(), buf_at: 0 })
     }
 
-    /// `len` bytes at `at` (short only at the end of the file).
-    fn bytes_at(&mut self, at: u64, len: usize) -> std::io::Result<Bytes> {
+    /// `len` bytes at `at` (short only at the end of the file), reading ahead no further
+    /// than `end`: bytes past the published end may still change (a failed group is cut
+    /// off and its offsets written again), so they are never cached.
+    fn bytes_at(&mut self, at: u64, len: usize, end: u64) -> std::io::Result<Bytes> {
         let have = at >= self.buf_at && at + len as u64 <= self.buf_at + self.buf.len() as u64;
         if !have {
-            let want = len.max(CHUNK);
+            let want = len.max(CHUNK.min(end.saturating_sub(at) as usize));
             let mut v = Vec::with_capacity(want);
             self.file.seek(SeekFrom::Start(at))?;
             (&mut self.file).take(want as u64).read_to_end(&mut v)?;
@@ -88,7 +90,7 @@ impl SegmentReader {
         if at + HEAD as u64 > end {
             return Ok(Step::End);
         }
-        let h = self.bytes_at(at, HEAD)?;
+        let h = self.bytes_at(at, HEAD, end)?;
         let Ok(h) = <&[u8; HEAD]>::try_from(&h[..]) else { return Ok(Step::End) };
         let (len, crc) = match record::head(h) {
             record::Head::Ok { len, crc } => (len, crc),
@@ -100,7 +102,7 @@ impl SegmentReader {
             // (a sealed segment) or, at the very tail of the active one, impossible.
             return self.corrupt("record runs past the end", at, end);
         }
-        let body = self.bytes_at(at + HEAD as u64, len as usize)?;
+        let body = self.bytes_at(at + HEAD as u64, len as usize, end)?;
         if body.len() < len as usize {
             return self.corrupt("file shorter than its records", at, end);
         }
@@ -119,7 +121,7 @@ impl SegmentReader {
         let magic = record::MAGIC.to_le_bytes();
         let mut at = from;
         while at + HEAD as u64 <= end {
-            let window = self.bytes_at(at, CHUNK.min((end - at) as usize))?;
+            let window = self.bytes_at(at, CHUNK.min((end - at) as usize), end)?;
             if window.len() < HEAD {
                 break;
             }
@@ -142,14 +144,14 @@ impl SegmentReader {
         if at + HEAD as u64 > end {
             return Ok(Step::End);
         }
-        let h = self.bytes_at(at, HEAD)?;
+        let h = self.bytes_at(at, HEAD, end)?;
         let Ok(h) = <&[u8; HEAD]>::try_from(&h[..]) else { return Ok(Step::End) };
         let record::Head::Ok { len, crc } = record::head(h) else { return Ok(Step::End) };
         let after = at + HEAD as u64 + len as u64;
         if after > end {
             return Ok(Step::End);
         }
-        let body = self.bytes_at(at + HEAD as u64, len as usize)?;
+        let body = self.bytes_at(at + HEAD as u64, len as usize, end)?;
         Ok(match record::body(crc, body) {
             Ok(r) => Step::Record(r, after),
             Err(_) => Step::End,
