@@ -79,6 +79,8 @@ pub struct Pipeline {
     /// The durable queue, when configured: requests are appended to it, and each
     /// exporter reads it.
     disk: Option<Arc<disk::DiskQueue>>,
+    /// An exporter's header names the tenant: batches hold one tenant's data each.
+    split_tenants: bool,
 }
 
 /// The running stages, for shutdown.
@@ -144,8 +146,14 @@ impl Pipeline {
             })
         });
         let non_critical_limit = (config.queue.max_bytes as f64 * (1.0 - config.queue.critical_reserve)) as usize;
-        let pipeline =
-            Arc::new(Pipeline { budget, senders: RwLock::new(senders), retry_after: config.queue.retry_after, non_critical_limit, disk });
+        let pipeline = Arc::new(Pipeline {
+            budget,
+            senders: RwLock::new(senders),
+            retry_after: config.queue.retry_after,
+            non_critical_limit,
+            disk,
+            split_tenants,
+        });
         Ok((pipeline, PipelineTasks { batchers, workers, exporters: all_exporters }))
     }
 
@@ -179,7 +187,7 @@ impl Pipeline {
     /// `critical_reserve` share of the budget, so critical traffic still finds room when
     /// the queue is nearly full. In memory it never waits; with a disk queue it resolves
     /// once the request is stored as `sync` promises.
-    pub async fn submit_as(&self, payload: Payload, critical: bool, tenant: Option<&str>) -> Result<(), SubmitError> {
+    pub async fn submit_as(&self, payload: Payload, critical: bool, tenant: Option<&Arc<str>>) -> Result<(), SubmitError> {
         if let Some(d) = &self.disk {
             return d.append(&payload, critical, tenant).await.map_err(|e| match e {
                 disk::AppendError::Closed => SubmitError::ShuttingDown,
@@ -194,7 +202,7 @@ impl Pipeline {
         self.submit_memory(payload, critical, tenant)
     }
 
-    fn submit_memory(&self, payload: Payload, critical: bool, tenant: Option<&str>) -> Result<(), SubmitError> {
+    fn submit_memory(&self, payload: Payload, critical: bool, tenant: Option<&Arc<str>>) -> Result<(), SubmitError> {
         let senders = self.senders.read().unwrap_or_else(|e| e.into_inner());
         let Some(senders) = senders.as_ref() else {
             return Err(SubmitError::ShuttingDown);
@@ -208,7 +216,8 @@ impl Pipeline {
             max: self.budget.max(),
             retry_after: self.retry_after,
         })?;
-        let tenant = tenant.map(Arc::from);
+        // The batcher looks at the tenant only when batches are split by tenant.
+        let tenant = if self.split_tenants { tenant.cloned() } else { None };
         senders[signal.index()].send(Queued { payload, items, permit, tenant }).map_err(|_| SubmitError::ShuttingDown)
     }
 

@@ -126,7 +126,7 @@ impl Ingest {
         let signal = payload.signal().as_str();
         let items = payload.item_count() as u64;
         metrics::counter!(names::ITEMS_RECEIVED, "protocol" => protocol.as_str(), "signal" => signal).increment(items);
-        match self.pipeline.submit_as(payload, critical, tenant.map(|t| &*t.0)).await {
+        match self.pipeline.submit_as(payload, critical, tenant.map(|t| &t.0)).await {
             Ok(()) => {
                 metrics::counter!(names::ITEMS_ACCEPTED, "signal" => signal).increment(items);
                 Ok(over_quota)

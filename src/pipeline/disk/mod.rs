@@ -85,6 +85,10 @@ pub(crate) struct CursorState {
     reading: AtomicU64,
     /// Its reader's acknowledgement window.
     window: Arc<reader::AckWindow>,
+    /// `weir_queue_exporter_lag_records` and `weir_queue_oldest_record_age_seconds` for
+    /// it, registered once (the writer sets them after every group).
+    lag: metrics::Gauge,
+    age: metrics::Gauge,
 }
 
 impl CursorState {
@@ -92,9 +96,8 @@ impl CursorState {
     /// and the age of its oldest record in export.
     fn gauges(&self, last_id: u64) {
         let acked = self.window.acked().max(self.persisted.load(Ordering::Relaxed));
-        metrics::gauge!(names::DISK_LAG_RECORDS, "exporter" => self.name.clone()).set(last_id.saturating_sub(acked) as f64);
-        let age = self.window.oldest_ts_ms().map_or(0.0, |ts| now_ms().saturating_sub(ts) as f64 / 1000.0);
-        metrics::gauge!(names::DISK_OLDEST_AGE, "exporter" => self.name.clone()).set(age);
+        self.lag.set(last_id.saturating_sub(acked) as f64);
+        self.age.set(self.window.oldest_ts_ms().map_or(0.0, |ts| now_ms().saturating_sub(ts) as f64 / 1000.0));
     }
 }
 
@@ -202,7 +205,7 @@ pub struct DiskQueue {
     tx: RwLock<Option<std::sync::mpsc::Sender<Append>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     stop: watch::Sender<bool>,
-    readers: Mutex<Vec<(Arc<reader::AckWindow>, std::thread::JoinHandle<()>)>>,
+    readers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Held open for the lock on `<dir>/lock`.
     _lock: std::fs::File,
 }
@@ -276,6 +279,8 @@ impl DiskQueue {
                 persisted: AtomicU64::new(at),
                 reading: AtomicU64::new(0),
                 window: Arc::new(reader::AckWindow::starting_at(at)),
+                lag: metrics::gauge!(names::DISK_LAG_RECORDS, "exporter" => name.clone()),
+                age: metrics::gauge!(names::DISK_OLDEST_AGE, "exporter" => name.clone()),
             }));
         }
 
@@ -340,12 +345,12 @@ impl DiskQueue {
         tx: tokio::sync::mpsc::Sender<Arc<super::batch::Batch>>,
     ) -> std::io::Result<()> {
         let window = Arc::clone(&self.shared.cursors[index].window);
-        let r = reader::Reader::new(Arc::clone(&self.shared), index, Arc::clone(&window), batch, memory, tx, self.stop.subscribe())
+        let r = reader::Reader::new(Arc::clone(&self.shared), index, window, batch, memory, tx, self.stop.subscribe())
             .split_tenants(split_tenants);
         let handle = tokio::runtime::Handle::current();
         let name = format!("weir-queue-read-{index}");
         let t = std::thread::Builder::new().name(name).spawn(move || handle.block_on(r.run()))?;
-        self.readers.lock().unwrap_or_else(|e| e.into_inner()).push((window, t));
+        self.readers.lock().unwrap_or_else(|e| e.into_inner()).push(t);
         Ok(())
     }
 
@@ -413,9 +418,10 @@ impl DiskQueue {
 
     /// Appends one request; resolves when it is stored as `sync` promises (on disk and
     /// fsynced with `on_ack`, written to the file otherwise).
-    pub async fn append(&self, payload: &Payload, critical: bool, tenant: Option<&str>) -> Result<(), AppendError> {
+    pub async fn append(&self, payload: &Payload, critical: bool, tenant: Option<&Arc<str>>) -> Result<(), AppendError> {
         let bytes = payload.to_bytes();
-        let tenant = tenant.map_or_else(Bytes::new, |t| Bytes::copy_from_slice(t.as_bytes()));
+        // The tenant's name shared, not copied.
+        let tenant = tenant.map_or_else(Bytes::new, |t| Bytes::from_owner(TenantBytes(Arc::clone(t))));
         let prepared = Prepared::new(now_ms(), payload.item_count() as u32, payload.signal(), if critical { 2 } else { 1 }, tenant, bytes);
         if self.would_refuse(prepared.size(), critical) {
             return Err(AppendError::Full { used: self.bytes(), max: if critical { self.shared.config.max_bytes } else { self.limit() } });
@@ -441,14 +447,14 @@ impl DiskQueue {
         let _ = self.stop.send(true);
         let readers: Vec<_> = std::mem::take(&mut *self.readers.lock().unwrap_or_else(|e| e.into_inner()));
         let deadline = tokio::time::Instant::now() + grace;
-        while readers.iter().any(|(w, _)| w.pending() > 0) && tokio::time::Instant::now() < deadline {
+        while self.shared.cursors.iter().any(|c| c.window.pending() > 0) && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        for (i, (w, t)) in readers.into_iter().enumerate() {
+        for t in readers {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
-            if let Some(c) = self.shared.cursors.get(i) {
-                persist(c, w.acked());
-            }
+        }
+        for c in &self.shared.cursors {
+            persist(c, c.window.acked());
         }
         tracing::info!(bytes = self.bytes(), "disk queue closed; what is not exported is sent after the next start");
     }
@@ -501,6 +507,15 @@ fn recover(dir: &Path, min_last: u64) -> Result<(VecDeque<Seg>, u64, u64), Strin
         list.push_back(Seg { first_id, path, len, max_id: 0 });
     }
     Ok((list, last_id, bytes))
+}
+
+/// A tenant name as the bytes of a record.
+struct TenantBytes(Arc<str>);
+
+impl AsRef<[u8]> for TenantBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
 }
 
 /// Writes `c`'s cursor if `acked` is newer than what is written.
@@ -584,7 +599,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let q = DiskQueue::open(&config(dir.path(), SyncMode::None), &["out".into()], 0.0).unwrap();
         for i in 0..10 {
-            q.append(&payload(i), false, Some("team-a")).await.unwrap();
+            q.append(&payload(i), false, Some(&Arc::from("team-a"))).await.unwrap();
         }
         q.shutdown(Duration::ZERO).await;
         drop(q);
