@@ -1,5 +1,7 @@
 //! Writes the fixed request bodies `scripts/bench-throughput.sh` sends: every shape as
-//! protobuf, gzipped protobuf, a gRPC message frame and a gzip-compressed gRPC frame.
+//! protobuf, gzipped and zstd-compressed protobuf, a gRPC message frame and gzip- and
+//! zstd-compressed gRPC frames (gzip level 6, zstd level 3 with the content size in the
+//! frame, as the OpenTelemetry SDKs' and Collector's one-shot encoders write them).
 //! The same seed gives the same bytes on every run and machine.
 //!
 //! `cargo run --release --example throughput_bodies -- OUTDIR`
@@ -44,6 +46,14 @@ fn main() {
         write(format!("{stem}.pb.gz"), &gz);
         write(format!("{stem}.grpc"), &grpc_frame(false, &pb));
         write(format!("{stem}.grpc.gz"), &grpc_frame(true, &gz));
-        println!("{stem}: {spans} spans x {attrs} attributes, protobuf {} bytes, gzip {} bytes", pb.len(), gz.len());
+        let zst = zstd::bulk::compress(&pb, 3).expect("in-memory compression");
+        write(format!("{stem}.pb.zst"), &zst);
+        write(format!("{stem}.grpc.zst"), &grpc_frame(true, &zst));
+        println!(
+            "{stem}: {spans} spans x {attrs} attributes, protobuf {} bytes, gzip {} bytes, zstd {} bytes",
+            pb.len(),
+            gz.len(),
+            zst.len()
+        );
     }
 }

@@ -11,6 +11,8 @@
 # Environment (no WEIR_ names: weir reads those as config): RUNS (3), SPANS_PER_RUN (3000000: requests per run = this / spans per
 # request), CELLS (space-separated "protocol/body" list, default all), SERVER_CORE (0),
 # LOAD_CORE (1), CRITERION_ARGS (e.g. "--measurement-time 1" for a smoke run), SERVER_BIN (target/release/weir: another build to compare), OUT (bench/results/<date>/throughput.md), SKIP_DECODE_BENCH=1,
+# ROTEL=0 (skip the rotel column; else rotel's agent is fetched from its PyPI wheel into
+# target/rotel and run beside weir, the same way, on the 512x10 cells),
 # SMOKE=1 (CI: the debug build the tests already compiled, no criterion, 600 accepted
 # requests as the refusal baseline; it checks the script and weir's counts, and its
 # numbers measure nothing).
@@ -22,7 +24,7 @@ SPANS_PER_RUN=${SPANS_PER_RUN:-3000000}
 SERVER_CORE=${SERVER_CORE:-0}
 LOAD_CORE=${LOAD_CORE:-1}
 OUT=${OUT:-bench/results/$(date -u +%F)/throughput.md}
-ALL_CELLS="grpc/512x10 grpc/512x10.gz h1/512x10 h1/512x10.gz h2c/512x10 h2c/512x10.gz grpc/512x2 h1/512x2 h2c/512x2 grpc/100x10 h1/100x10 h2c/100x10"
+ALL_CELLS="grpc/512x10 grpc/512x10.gz grpc/512x10.zst h1/512x10 h1/512x10.gz h1/512x10.zst h2c/512x10 h2c/512x10.gz h2c/512x10.zst grpc/512x2 h1/512x2 h2c/512x2 grpc/100x10 h1/100x10 h2c/100x10"
 CELLS=${CELLS:-$ALL_CELLS}
 CRITERION_ARGS=${CRITERION_ARGS:-}
 # Decided before anything is written (the report itself lives in the tree).
@@ -94,23 +96,24 @@ metric() { # metric ADMIN_PORT REGEX -> sum of matching samples
   curl -sf "http://127.0.0.1:$1/metrics" | awk -v re="$2" '$0 ~ re {s += $NF} END {printf "%.0f\n", s}'
 }
 spans_of() { case $1 in 512x*) echo 512 ;; 100x*) echo 100 ;; esac; }
+shape_of() { local b=${1%.gz}; echo "${b%.zst}"; }
 
 # h2load_args PROTOCOL BODY HTTP_PORT GRPC_PORT -> the h2load command line (without -n).
 h2load_args() {
-  local proto=$1 body=$2 http=$3 grpc=$4 file gz=
-  case $body in *.gz) gz=1 ;; esac
+  local proto=$1 body=$2 http=$3 grpc=$4 file ext= enc=
+  case $body in *.gz) ext=.gz enc=gzip ;; *.zst) ext=.zst enc=zstd ;; esac
   case $proto in
     grpc)
-      file="$BODIES/${body%.gz}.grpc${gz:+.gz}"
-      echo "-c 4 -m 4 -d $file -H content-type:application/grpc -H te:trailers ${gz:+-H grpc-encoding:gzip} http://127.0.0.1:$grpc/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+      file="$BODIES/${body%"$ext"}.grpc$ext"
+      echo "-c 4 -m 4 -d $file -H content-type:application/grpc -H te:trailers ${enc:+-H grpc-encoding:$enc} http://127.0.0.1:$grpc/opentelemetry.proto.collector.trace.v1.TraceService/Export"
       ;;
     h1 | h2c)
-      file="$BODIES/${body%.gz}.pb${gz:+.gz}"
+      file="$BODIES/${body%"$ext"}.pb$ext"
       # HTTP/1.1 has one request per connection at a time: 16 connections match the
       # 4 x 4 streams of the HTTP/2 cells.
       local conn="-c 4 -m 4"
       [ "$proto" = h1 ] && conn="--h1 -c 16 -m 1"
-      echo "$conn -d $file -H content-type:application/x-protobuf ${gz:+-H content-encoding:gzip} http://127.0.0.1:$http/v1/traces"
+      echo "$conn -d $file -H content-type:application/x-protobuf ${enc:+-H content-encoding:$enc} http://127.0.0.1:$http/v1/traces"
       ;;
   esac
 }
@@ -169,14 +172,50 @@ start_weir main "$THROTTLE_IN_PATH"
 echo "== checking bodies with real clients (opentelemetry-proto, urllib, grpcio)"
 target/pyvenv-bench/bin/python tests/python/check_bodies.py "$BODIES" "127.0.0.1:$main_GRPC" "http://127.0.0.1:$main_HTTP" "http://127.0.0.1:$main_ADMIN/metrics"
 
-declare -A CELL_CPU_RATE
+# rotel, another Rust OTLP gateway, as the peer column: its agent binary from its PyPI
+# wheel (0.0.1a15: the newest; earlier wheels need glibc 2.38), blackhole exporter,
+# pinned to the same core and driven by the same h2load command lines.
+ROTEL_VERSION=0.0.1a15
+ROTEL_BIN=target/rotel/$ROTEL_VERSION/rotel/rotel-agent
+if [ "${ROTEL:-1}" != 0 ] && [ -z "${SMOKE:-}" ]; then
+  if [ ! -x "$ROTEL_BIN" ]; then
+    target/pyvenv-bench/bin/pip download -q --disable-pip-version-check --no-deps "rotel==$ROTEL_VERSION" -d "target/rotel/$ROTEL_VERSION"
+    (cd "target/rotel/$ROTEL_VERSION" && python3 -m zipfile -e rotel-*.whl . && chmod +x rotel/rotel-agent)
+  fi
+  rotel_HTTP=$(port) rotel_GRPC=$(port)
+  taskset -c "$SERVER_CORE" "$ROTEL_BIN" start --otlp-http-endpoint "127.0.0.1:$rotel_HTTP" --otlp-grpc-endpoint "127.0.0.1:$rotel_GRPC" \
+    --exporter blackhole > "$WORK/rotel.log" 2>&1 &
+  rotel_PID=$!
+  PIDS+=("$rotel_PID")
+  for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$rotel_HTTP/" && break; sleep 0.1; done
+fi
+# rotel_once PROTO BODY N -> "spans cpu_s status": spans = h2load's successes x spans per
+# request (rotel keeps no counter of its own); status "ok", or what failed.
+rotel_once() {
+  local proto=$1 body=$2 n=$3 t0 t1 out ok errs0 errs1
+  errs0=$(grep -c ERROR "$WORK/rotel.log" || true)
+  t0=$(cpu_ticks "$rotel_PID")
+  # shellcheck disable=SC2046
+  out=$(taskset -c "$LOAD_CORE" h2load -n "$n" $(h2load_args "$proto" "$body" "$rotel_HTTP" "$rotel_GRPC") 2>&1)
+  t1=$(cpu_ticks "$rotel_PID")
+  errs1=$(grep -c ERROR "$WORK/rotel.log" || true)
+  ok=$(echo "$out" | awk '/^status codes:/ {gsub(",", ""); print $3}')
+  local status=ok
+  [ "$ok" -eq "$n" ] && [ "$errs1" -eq "$errs0" ] || status="$((n - ok)) of $n refused ($(grep ERROR "$WORK/rotel.log" | tail -1 | sed 's/.*ERROR[^A-Za-z]*//' | cut -c1-80))"
+  echo "$((ok * $(spans_of "$body"))) $(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" 'BEGIN {printf "%.3f", t / hz}') $status"
+}
+
+declare -A CELL_CPU_RATE CELL_ROTEL
 ROWS=()
 for cell in $CELLS; do
   proto=${cell%%/*} body=${cell#*/}
   spans=$(spans_of "$body")
   n=$((SPANS_PER_RUN / spans))
   run_once main "$proto" "$body" $((n / 5)) > /dev/null # warm-up
-  per_cpu=() per_wall=() rss=() means=() maxes=()
+  per_cpu=() per_wall=() rss=() means=() maxes=() rotel_cpu=() rotel_status=ok
+  with_rotel=
+  [ -n "${rotel_PID:-}" ] && [ "$(shape_of "$body")" = 512x10 ] && with_rotel=1
+  [ -n "$with_rotel" ] && rotel_once "$proto" "$body" $((n / 5)) > /dev/null
   for r in $(seq 1 "$RUNS"); do
     read -r acc cpu wall peak ok refused mean max _sys <<< "$(run_once main "$proto" "$body" "$n")"
     if [ "$acc" -ne $((ok * spans)) ] || [ "$refused" -ne 0 ]; then
@@ -191,9 +230,19 @@ for cell in $CELLS; do
     means+=("$(to_ms "$mean")")
     maxes+=("$(to_ms "$max")")
     echo "  $cell run $r: $acc spans, $cpu CPU-s, $wall s, peak RSS $((peak / 1024)) MiB, mean $mean max $max"
+    # rotel interleaved with weir, run by run, so both see the same machine.
+    if [ -n "$with_rotel" ] && [ "$rotel_status" = ok ]; then
+      read -r racc rcpu rstatus <<< "$(rotel_once "$proto" "$body" "$n")"
+      rotel_status=$rstatus
+      [ "$rstatus" = ok ] && rotel_cpu+=("$(awk -v a="$racc" -v c="$rcpu" 'BEGIN {printf "%.0f", a / c}')")
+      echo "  $cell run $r, rotel: $racc spans, $rcpu CPU-s, $rstatus"
+    fi
   done
+  if [ -n "$with_rotel" ]; then
+    if [ "$rotel_status" = ok ]; then CELL_ROTEL[$cell]=$(middle "${rotel_cpu[@]}"); else CELL_ROTEL[$cell]="n/a: $rotel_status"; fi
+  fi
   CELL_CPU_RATE[$cell]=$(middle "${per_cpu[@]}")
-  ROWS+=("| $proto | $body | $(median_range "${per_cpu[@]}") | $(median_range "${per_wall[@]}") | $(median_range "${rss[@]}") | $(middle "${means[@]}") | $(printf '%s\n' "${maxes[@]}" | sort -g | tail -1) |")
+  ROWS+=("| $proto | $body | $(median_range "${per_cpu[@]}") | ${CELL_ROTEL[$cell]:-} | $(median_range "${per_wall[@]}") | $(median_range "${rss[@]}") | $(middle "${means[@]}") | $(printf '%s\n' "${maxes[@]}" | sort -g | tail -1) |")
   echo "${ROWS[-1]}"
 done
 
@@ -398,6 +447,33 @@ if [ -z "${SKIP_DECODE_BENCH:-}" ]; then
   # shellcheck disable=SC2086
   taskset -c "$SERVER_CORE" cargo bench -q --bench decode_jemalloc -- --noplot $CRITERION_ARGS > "$WORK/decode_jemalloc.txt" 2>&1 || { cat "$WORK/decode_jemalloc.txt"; exit 1; }
 fi
+# Inflating alone: criterion's inflate bench, the same bodies (ns per body, median).
+if [ -z "${SKIP_DECODE_BENCH:-}" ]; then
+  # shellcheck disable=SC2086
+  taskset -c "$SERVER_CORE" cargo bench -q --bench inflate -- --noplot $CRITERION_ARGS > "$WORK/inflate.txt" 2>&1 || { cat "$WORK/inflate.txt"; exit 1; }
+fi
+inflate_ns() { # inflate_ns GROUP FUNCTION -> median ns, or n/a
+  [ -f "target/criterion/$1/$2/new/estimates.json" ] || { echo n/a; return; }
+  python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["median"]["point_estimate"]))' "target/criterion/$1/$2/new/estimates.json"
+}
+PLAIN_512=$(stat -c %s "$BODIES/512x10.pb")
+COMPRESSED_ROWS=()
+for cell in $CELLS; do
+  proto=${cell%%/*} body=${cell#*/}
+  case $body in 512x10.gz) enc=gzip ;; 512x10.zst) enc=zstd ;; *) continue ;; esac
+  plain=${CELL_CPU_RATE[$proto/512x10]:-}
+  rate=${CELL_CPU_RATE[$cell]}
+  ns=$(inflate_ns "inflate_${enc}_512x10" weir)
+  stream_ns=$(inflate_ns "inflate_${enc}_512x10" streaming)
+  rotel=${CELL_ROTEL[$cell]:-n/a}
+  # The goal: 0.75 x the uncompressed rate / (1 + inflate time / uncompressed time per request).
+  COMPRESSED_ROWS+=("$(awk -v p="$proto" -v b="$body" -v r="$rate" -v u="${plain:-n/a}" -v ns="$ns" -v sns="$stream_ns" -v ro="$rotel" -v bytes="$PLAIN_512" 'BEGIN {
+    gbs = (ns == "n/a") ? "n/a" : sprintf("%.2f", bytes / ns); sgbs = (sns == "n/a") ? "n/a" : sprintf("%.2f", bytes / sns)
+    if (u == "n/a" || ns == "n/a") { goal = "n/a"; met = "n/a" } else { t = 512 / u * 1e9; g = 0.75 * u / (1 + ns / t); goal = sprintf("%.0f", g); met = (r >= g) ? "yes" : "no" }
+    vs = (ro ~ /^[0-9]+$/) ? sprintf("%.2fx", r / ro) : ro
+    printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", p, b, r, ro, vs, u, gbs " (" sgbs ")", goal, met, (ro ~ /^[0-9]+$/) ? ((r >= 3 * ro) ? "yes" : "no") : "n/a" }')")
+done
+
 DECODE_ROWS=()
 for shape in 512x10 512x2 100x10; do
   spans=$(spans_of "$shape")
@@ -421,8 +497,8 @@ mkdir -p "$(dirname "$OUT")"
   echo "Spans per CPU-second = spans weir accepted (its own counter, checked against h2load's successes) / weir's utime+stime."
   echo "Median (range) of $RUNS runs after a warm-up; gRPC and h2c: 4 connections x 4 streams; h1: 16 connections."
   echo
-  echo "| protocol | body | spans per CPU-second | spans/s | peak RSS MiB | mean latency ms | worst max latency ms |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| protocol | body | spans per CPU-second | rotel $ROTEL_VERSION, spans per CPU-second | spans/s | peak RSS MiB | mean latency ms | worst max latency ms |"
+  echo "|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${ROWS[@]}"
   echo
   echo "## Decode only (criterion, \`cargo bench --bench decode\` / \`decode_jemalloc\`, pinned to CPU $SERVER_CORE)"
@@ -436,12 +512,22 @@ mkdir -p "$(dirname "$OUT")"
   echo "| protocol | body | vs decode (system allocator) | vs decode (jemalloc) |"
   echo "|---|---|---|---|"
   for cell in $CELLS; do
-    proto=${cell%%/*} body=${cell#*/} shape=${body%.gz}
+    proto=${cell%%/*} body=${cell#*/} shape=$(shape_of "$body")
     eval "sys=\$DECODE_SYS_${shape} jem=\$DECODE_JEM_${shape}"
     awk -v p="$proto" -v b="$body" -v e="${CELL_CPU_RATE[$cell]}" -v s="$sys" -v j="$jem" \
       'function pct(d) {return d == "n/a" ? "n/a" : sprintf("%.0f%%", 100 * e / d)} BEGIN {printf "| %s | %s | %s | %s |\n", p, b, pct(s), pct(j)}'
   done
   echo
+  if [ ${#COMPRESSED_ROWS[@]} -gt 0 ]; then
+    echo "## Compressed bodies (512x10: $PLAIN_512 bytes of protobuf; gzip level 6, zstd level 3)"
+    echo
+    echo "Inflate GB/s: criterion's \\`cargo bench --bench inflate\\` on the same body, one core, output bytes per second: what weir runs (libdeflate for gzip, a one-shot zstd context), in brackets the streaming decoders it falls back to. Goal: the compressed rate at least 0.75 x the uncompressed rate / (1 + inflate time / uncompressed CPU time per request), and at least 3x rotel's."
+    echo
+    echo "| protocol | body | weir spans per CPU-second | rotel | weir / rotel | weir uncompressed | inflate GB/s (streaming) | 0.75 x uncompressed / (1 + inflate share) | met | 3x rotel |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+    printf '%s\n' "${COMPRESSED_ROWS[@]}"
+    echo
+  fi
   if [ ${#DISK_ROWS[@]} -gt 0 ]; then
     echo "## Disk queue (\`pipeline.queue.disk\`, 512x10, 4 connections x 16 streams, median (range) of $RUNS runs)"
     echo

@@ -134,7 +134,10 @@ async fn otlp_and_otlphttp_exporters_deliver_to_a_second_weir() {
     let sink = start_default().await;
     let yaml = with_exporters(
         &format!(
-            "  - type: otlp\n    endpoint: \"{}\"\n  - type: otlphttp\n    name: via-http\n    endpoint: \"{}\"\n",
+            // gzip (the default) and zstd, each over gRPC and over HTTP.
+            "  - type: otlp\n    endpoint: \"{0}\"\n  - type: otlphttp\n    name: via-http\n    endpoint: \"{1}\"\n  \
+             - type: otlp\n    name: grpc-zstd\n    compression: zstd\n    endpoint: \"{0}\"\n  \
+             - type: otlphttp\n    name: http-zstd\n    compression: zstd\n    endpoint: \"{1}\"\n",
             sink.grpc(),
             sink.http()
         ),
@@ -150,10 +153,14 @@ async fn otlp_and_otlphttp_exporters_deliver_to_a_second_weir() {
         let r = c.post(format!("{}{path}", front.http())).header("content-type", "application/x-protobuf").body(body).send().await.unwrap();
         assert_eq!(r.status(), 200);
     }
-    // Each item arrives twice: once per exporter.
-    assert_eq!(wait_items(&sink.data_dir(), "traces", 8).await.len(), 8);
-    assert_eq!(wait_items(&sink.data_dir(), "logs", 6).await.len(), 6);
-    assert_eq!(wait_items(&sink.data_dir(), "metrics", 4).await.len(), 4);
+    // Each item arrives four times: once per exporter.
+    assert_eq!(wait_items(&sink.data_dir(), "traces", 16).await.len(), 16);
+    assert_eq!(wait_items(&sink.data_dir(), "logs", 12).await.len(), 12);
+    assert_eq!(wait_items(&sink.data_dir(), "metrics", 8).await.len(), 8);
+    for encoding in ["gzip", "zstd"] {
+        let inflated = metric_value(&sink.admin(), &format!("weir_receiver_decompressed_input_bytes_total{{encoding=\"{encoding}\"}}")).await;
+        assert!(inflated.is_some_and(|v| v > 0.0), "the sink inflated no {encoding}: {inflated:?}");
+    }
     front.app.shutdown().await;
     sink.app.shutdown().await;
 }

@@ -83,7 +83,7 @@ pub struct OtlpExporterConfig {
     pub name: Option<String>,
     /// `http://host:port` or `https://host:port` (gRPC), or the base URL (HTTP).
     pub endpoint: String,
-    /// `gzip` or `none`.
+    /// `gzip` (the default), `zstd` or `none`.
     #[serde(default = "default_compression")]
     pub compression: String,
     /// Per-attempt timeout.
@@ -151,8 +151,11 @@ impl ExporterConfig {
             if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
                 return Err(ConfigError::invalid(format!("{key}.endpoint"), format!("`{endpoint}` must start with http:// or https://")));
             }
-            if !matches!(compression, "gzip" | "none") {
-                return Err(ConfigError::invalid(format!("{key}.compression"), "must be `gzip` or `none`"));
+            if !matches!(compression, "gzip" | "zstd" | "none") {
+                return Err(ConfigError::invalid(
+                    format!("{key}.compression"),
+                    format!("`{compression}` must be `gzip`, `zstd` or `none`"),
+                ));
             }
             if timeout.is_zero() {
                 return Err(ConfigError::invalid(format!("{key}.timeout"), "must be > 0"));

@@ -50,8 +50,12 @@ impl OtlpGrpcExporter {
 
     async fn attempt(&self, signal: Signal, body: &Bytes, metadata: &MetadataMap) -> Attempt {
         let mut grpc = tonic::client::Grpc::new(self.channel.clone()).max_decoding_message_size(64 << 20);
-        if self.config.compression == "gzip" {
-            grpc = grpc.send_compressed(CompressionEncoding::Gzip);
+        // tonic compresses the message itself (flate2 on zlib-rs for gzip, zstd's
+        // default level for zstd): its framing leaves no place to hand it a compressed one.
+        match self.config.compression.as_str() {
+            "gzip" => grpc = grpc.send_compressed(CompressionEncoding::Gzip),
+            "zstd" => grpc = grpc.send_compressed(CompressionEncoding::Zstd),
+            _ => {}
         }
         if let Err(e) = grpc.ready().await {
             return Attempt::Retry { after: None, message: format!("channel not ready: {e}") };

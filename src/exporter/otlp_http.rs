@@ -3,9 +3,9 @@
 use super::retry::{with_retry, Attempt};
 use super::{BoxFuture, ExportError, Exporter};
 use crate::config::OtlpHttpExporterConfig;
+use crate::receiver::compression::{compress, Encoding};
 use crate::signal::Payload;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER};
-use std::io::Write;
 use std::time::Duration;
 
 /// The `otlphttp` exporter.
@@ -42,8 +42,8 @@ impl OtlpHttpExporter {
         for (k, v) in tenant {
             req = req.header(k, v);
         }
-        if self.config.compression == "gzip" {
-            req = req.header(CONTENT_ENCODING, "gzip");
+        if self.config.compression != "none" {
+            req = req.header(CONTENT_ENCODING, self.config.compression.as_str());
         }
         match req.send().await {
             Err(e) => Attempt::Retry { after: None, message: format!("transport: {}", error_chain(&e)) },
@@ -85,12 +85,9 @@ impl Exporter for OtlpHttpExporter {
                 .collect();
             let url = format!("{}{}", self.config.endpoint.trim_end_matches('/'), payload.signal().http_path());
             let raw = payload.to_bytes();
-            let body = if self.config.compression == "gzip" {
-                let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(raw.len() / 4), flate2::Compression::fast());
-                enc.write_all(&raw)?;
-                bytes::Bytes::from(enc.finish()?)
-            } else {
-                raw
+            let body = match Encoding::parse(&self.config.compression) {
+                Some(encoding @ (Encoding::Gzip | Encoding::Zstd)) => bytes::Bytes::from(compress(encoding, &raw)?),
+                _ => raw,
             };
             let r = with_retry(&self.config.retry, || self.attempt(&url, &body, &tenant_headers)).await;
             metrics::counter!(crate::telemetry::names::EXPORTER_REQUESTS, "exporter" => self.name.clone(), "outcome" => if r.is_ok() { "sent" } else { "failed" }).increment(1);

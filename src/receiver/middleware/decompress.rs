@@ -15,14 +15,14 @@
 
 use super::{reject, ServerKind};
 use crate::receiver::budget::Charge;
-use crate::receiver::compression::{decompress, DecompressError, Encoding};
+use crate::receiver::compression::{decompress, stated_size, DecompressError, Encoding};
 use crate::receiver::http::read_body;
 use crate::receiver::response::ApiError;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, Request, Response};
 use axum::middleware::Next;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -51,7 +51,8 @@ async fn inflate(encoding: Encoding, wire: Bytes, bounds: Bounds, charge: Option
     // What the body says it inflates to, when it says: past the limit, refused without
     // inflating a byte (a plain zip bomb costs nothing; one that lies still stops at
     // the limit while inflating).
-    let result = if stated_size(encoding, &wire).is_some_and(|n| n > limit as u64) {
+    let stated = stated_size(encoding, &wire);
+    let result = if stated.is_some_and(|n| n > limit as u64) {
         Err(DecompressError::TooLarge { limit })
     } else if wire_len >= BLOCKING_FROM {
         tokio::task::spawn_blocking(move || decompress(encoding, &wire, limit)).await.unwrap_or_else(|e| {
@@ -79,22 +80,12 @@ async fn inflate(encoding: Encoding, wire: Bytes, bounds: Bounds, charge: Option
             encoding.as_str(),
             bounds.ratio
         ))),
-        Err(e @ DecompressError::TooLarge { .. }) => Err(ApiError::PayloadTooLarge(e.to_string())),
+        // A truncated body's trailer is noise, so say what weir read there.
+        Err(e @ DecompressError::TooLarge { .. }) => Err(ApiError::PayloadTooLarge(match stated {
+            Some(n) if n > limit as u64 => format!("{e} ({} body states {n} bytes)", encoding.as_str()),
+            _ => e.to_string(),
+        })),
         Err(e @ DecompressError::Corrupt { .. }) => Err(ApiError::BadRequest(e.to_string())),
-    }
-}
-
-/// A lower bound of the inflated size that `wire` states, if it states one: gzip's ISIZE
-/// (the last member's size modulo 2^32, never more than the whole), zstd's frame
-/// content size (of the first frame).
-fn stated_size(encoding: Encoding, wire: &[u8]) -> Option<u64> {
-    match encoding {
-        Encoding::Gzip if wire.len() >= 18 && wire[..2] == [0x1f, 0x8b] => {
-            let tail = &wire[wire.len() - 4..];
-            Some(u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]])))
-        }
-        Encoding::Zstd => zstd::zstd_safe::get_frame_content_size(wire).ok().flatten(),
-        _ => None,
     }
 }
 
@@ -147,7 +138,11 @@ pub(super) async fn grpc_inflate(State(bounds): State<Bounds>, req: Request<Body
         Err(err) => return reject(ServerKind::Grpc, &Request::from_parts(parts, Body::empty()), err, started),
     };
     let charge = parts.extensions.get::<Arc<Charge>>().cloned();
-    let mut out = BytesMut::new();
+    // The messages travel on as chunks: a new 5-byte header and the inflated bytes
+    // where a message was compressed, the original frame where it was not. tonic
+    // gathers the chunks into its own buffer anyway, so joining them here would copy
+    // every inflated byte once more.
+    let mut chunks: Vec<Bytes> = Vec::with_capacity(2);
     let mut at = 0;
     while at < wire.len() {
         let Some(head) = wire.get(at..at + 5) else {
@@ -155,26 +150,28 @@ pub(super) async fn grpc_inflate(State(bounds): State<Bounds>, req: Request<Body
             return reject(ServerKind::Grpc, &Request::from_parts(parts, Body::empty()), err, started);
         };
         let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
-        let Some(message) = wire.get(at + 5..at + 5 + len) else {
+        if wire.len() - (at + 5) < len {
             let err = ApiError::BadRequest(format!("gRPC message of {len} bytes truncated"));
             return reject(ServerKind::Grpc, &Request::from_parts(parts, Body::empty()), err, started);
-        };
-        let plain = if head[0] == 1 {
+        }
+        if head[0] == 1 {
             match inflate(encoding, wire.slice(at + 5..at + 5 + len), bounds, charge.as_ref()).await {
-                Ok(p) => Bytes::from(p),
+                Ok(plain) => {
+                    let mut header = [0u8; 5];
+                    header[1..].copy_from_slice(&(plain.len() as u32).to_be_bytes());
+                    chunks.push(Bytes::copy_from_slice(&header));
+                    chunks.push(Bytes::from(plain));
+                }
                 Err(err) => return reject(ServerKind::Grpc, &Request::from_parts(parts, Body::empty()), err, started),
             }
         } else {
-            Bytes::copy_from_slice(message)
-        };
-        out.reserve(5 + plain.len());
-        out.put_u8(0);
-        out.put_u32(plain.len() as u32);
-        out.put_slice(&plain);
+            chunks.push(wire.slice(at..at + 5 + len));
+        }
         at += 5 + len;
     }
     parts.headers.remove("grpc-encoding");
-    next.run(Request::from_parts(parts, Body::from(out.freeze()))).await
+    let body = Body::from_stream(futures_util::stream::iter(chunks.into_iter().map(Ok::<_, std::convert::Infallible>)));
+    next.run(Request::from_parts(parts, body)).await
 }
 
 #[cfg(test)]
