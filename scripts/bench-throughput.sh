@@ -11,7 +11,7 @@
 # Environment (no WEIR_ names: weir reads those as config): RUNS (3), SPANS_PER_RUN (3000000: requests per run = this / spans per
 # request), CELLS (space-separated "protocol/body" list, default all), SERVER_CORE (0),
 # LOAD_CORE (1), CRITERION_ARGS (e.g. "--measurement-time 1" for a smoke run), SERVER_BIN (target/release/weir: another build to compare), OUT (bench/results/<date>/throughput.md), SKIP_DECODE_BENCH=1,
-# ROTEL=0 (skip the rotel column; else rotel's agent is fetched from its PyPI wheel into
+# REFUSALS=0 (skip the refusal-cost and floor sections), ROTEL=0 (skip the rotel column; else rotel's agent is fetched from its PyPI wheel into
 # target/rotel and run beside weir, the same way, on the 512x10 cells),
 # SMOKE=1 (CI: the debug build the tests already compiled, no criterion, 600 accepted
 # requests as the refusal baseline; it checks the script and weir's counts, and its
@@ -189,6 +189,25 @@ if [ "${ROTEL:-1}" != 0 ] && [ -z "${SMOKE:-}" ]; then
   PIDS+=("$rotel_PID")
   for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$rotel_HTTP/" && break; sleep 0.1; done
 fi
+# rotel_accepts PROTO BODY -> "ok", or what rotel answered instead. h2load counts a gRPC
+# refusal (HTTP 200 with a grpc-status in the trailers) as a success, so one request goes
+# through curl first and its status and trailers are read.
+rotel_accepts() {
+  local proto=$1 body=$2 ext= enc= head
+  case $body in *.gz) ext=.gz enc=gzip ;; *.zst) ext=.zst enc=zstd ;; esac
+  if [ "$proto" = grpc ]; then
+    head=$(curl -s --http2-prior-knowledge -H content-type:application/grpc -H te:trailers ${enc:+-H grpc-encoding:$enc} \
+      --data-binary "@$BODIES/${body%"$ext"}.grpc$ext" -D - -o /dev/null \
+      "http://127.0.0.1:$rotel_GRPC/opentelemetry.proto.collector.trace.v1.TraceService/Export" | tr -d '\r')
+    echo "$head" | grep -q '^grpc-status: 0$' && { echo ok; return; }
+    echo "$head" | awk '/^grpc-status:/ {s = $2} /^grpc-message:/ {sub(/^grpc-message: /, ""); m = $0} END {printf "grpc-status %s", s; if (m != "") printf " (%s)", m}' | python3 -c 'import sys, urllib.parse; print(urllib.parse.unquote(sys.stdin.read()))'
+  else
+    local code
+    code=$(curl -s -o /dev/null -w '%{http_code}' -H content-type:application/x-protobuf ${enc:+-H content-encoding:$enc} \
+      --data-binary "@$BODIES/${body%"$ext"}.pb$ext" "http://127.0.0.1:$rotel_HTTP/v1/traces")
+    [ "$code" = 200 ] && echo ok || echo "HTTP $code to Content-Encoding ${enc:-identity}"
+  fi
+}
 # rotel_once PROTO BODY N -> "spans cpu_s status": spans = h2load's successes x spans per
 # request (rotel keeps no counter of its own); status "ok", or what failed.
 rotel_once() {
@@ -201,7 +220,7 @@ rotel_once() {
   errs1=$(grep -c ERROR "$WORK/rotel.log" || true)
   ok=$(echo "$out" | awk '/^status codes:/ {gsub(",", ""); print $3}')
   local status=ok
-  [ "$ok" -eq "$n" ] && [ "$errs1" -eq "$errs0" ] || status="$((n - ok)) of $n refused ($(grep ERROR "$WORK/rotel.log" | tail -1 | sed 's/.*ERROR[^A-Za-z]*//' | cut -c1-80))"
+  [ "$ok" -eq "$n" ] && [ "$errs1" -eq "$errs0" ] || status="$((n - ok)) of $n refused, $((errs1 - errs0)) errors logged"
   echo "$((ok * $(spans_of "$body"))) $(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" 'BEGIN {printf "%.3f", t / hz}') $status"
 }
 
@@ -215,7 +234,10 @@ for cell in $CELLS; do
   per_cpu=() per_wall=() rss=() means=() maxes=() rotel_cpu=() rotel_status=ok
   with_rotel=
   [ -n "${rotel_PID:-}" ] && [ "$(shape_of "$body")" = 512x10 ] && with_rotel=1
-  [ -n "$with_rotel" ] && rotel_once "$proto" "$body" $((n / 5)) > /dev/null
+  if [ -n "$with_rotel" ]; then
+    rotel_status=$(rotel_accepts "$proto" "$body")
+    [ "$rotel_status" = ok ] && rotel_once "$proto" "$body" $((n / 5)) > /dev/null
+  fi
   for r in $(seq 1 "$RUNS"); do
     read -r acc cpu wall peak ok refused mean max _sys <<< "$(run_once main "$proto" "$body" "$n")"
     if [ "$acc" -ne $((ok * spans)) ] || [ "$refused" -ne 0 ]; then
@@ -239,13 +261,15 @@ for cell in $CELLS; do
     fi
   done
   if [ -n "$with_rotel" ]; then
-    if [ "$rotel_status" = ok ]; then CELL_ROTEL[$cell]=$(middle "${rotel_cpu[@]}"); else CELL_ROTEL[$cell]="n/a: $rotel_status"; fi
+    if [ "$rotel_status" = ok ]; then CELL_ROTEL[$cell]=$(middle "${rotel_cpu[@]}"); else CELL_ROTEL[$cell]="refused: $rotel_status"; fi
   fi
   CELL_CPU_RATE[$cell]=$(middle "${per_cpu[@]}")
   ROWS+=("| $proto | $body | $(median_range "${per_cpu[@]}") | ${CELL_ROTEL[$cell]:-} | $(median_range "${per_wall[@]}") | $(median_range "${rss[@]}") | $(middle "${means[@]}") | $(printf '%s\n' "${maxes[@]}" | sort -g | tail -1) |")
   echo "${ROWS[-1]}"
 done
 
+REFUSAL_ROWS=()
+if [ "${REFUSALS:-1}" != 0 ]; then
 # What a refused request costs: the same 512x10 h2c body, refused by a request quota
 # (auth + GCRA, before any body byte) and by the throttle (memory thresholds set so low
 # that the state is Open), against an accepted request on the quota instance.
@@ -306,7 +330,6 @@ cost_per_request() {
 row() {
   awk -v l="$1" -v u="$2" -v lo="$3" -v hi="$4" -v k="$5" -v a="$acc_us" 'BEGIN {v = u; lt = sub(/^</, "", v); printf "| %s | %s (%s–%s) | %s | %s%.1f%% |", l, u, lo, hi, k, lt ? "<" : "", 100 * v / a}'
 }
-REFUSAL_ROWS=()
 read -r acc_us acc_lo acc_hi acc_ok _ acc_kernel <<< "$(cost_per_request quota h2c 512x10 "-H x-bk-token:ok" "$ACC_N")"
 [ "$acc_ok" -eq "$ACC_N" ] || { echo "accepted only $acc_ok of $ACC_N" >&2; exit 1; }
 refusal() { # refusal LABEL NAME PROTO BODY EXTRA [N]
@@ -387,6 +410,8 @@ floor "kernel floor, HTTP/2: the same, 4 connections x 64 streams" rawfloor tiny
 floor "kernel floor, HTTP/1.1: answer from bytes (examples/raw_floor), 2-byte body" rawfloor tiny.pb "$TINY_N" --h1 -c 16 -m 1
 floor "kernel floor, HTTP/1.1: the same, 512x10 body sent and read away" rawfloor 512x10.pb "$REJ_N" --h1 -c 16 -m 1
 floor "kernel floor, HTTP/1.1: the same, 512x10 body thrown away in the kernel (recv MSG_TRUNC, no copy)" truncfloor 512x10.pb "$REJ_N" --h1 -c 16 -m 1
+
+fi
 
 # The disk queue (pipeline.queue.disk): the same weir with a disk queue, sync on_ack and
 # interval, beside memory-only, 4 connections x 16 streams (DISK_PROTOS: "h2c grpc";
@@ -470,7 +495,7 @@ for cell in $CELLS; do
   COMPRESSED_ROWS+=("$(awk -v p="$proto" -v b="$body" -v r="$rate" -v u="${plain:-n/a}" -v ns="$ns" -v sns="$stream_ns" -v ro="$rotel" -v bytes="$PLAIN_512" 'BEGIN {
     gbs = (ns == "n/a") ? "n/a" : sprintf("%.2f", bytes / ns); sgbs = (sns == "n/a") ? "n/a" : sprintf("%.2f", bytes / sns)
     if (u == "n/a" || ns == "n/a") { goal = "n/a"; met = "n/a" } else { t = 512 / u * 1e9; g = 0.75 * u / (1 + ns / t); goal = sprintf("%.0f", g); met = (r >= g) ? "yes" : "no" }
-    vs = (ro ~ /^[0-9]+$/) ? sprintf("%.2fx", r / ro) : ro
+    vs = (ro ~ /^[0-9]+$/) ? sprintf("%.2fx", r / ro) : "n/a"
     printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", p, b, r, ro, vs, u, gbs " (" sgbs ")", goal, met, (ro ~ /^[0-9]+$/) ? ((r >= 3 * ro) ? "yes" : "no") : "n/a" }')")
 done
 
@@ -521,7 +546,7 @@ mkdir -p "$(dirname "$OUT")"
   if [ ${#COMPRESSED_ROWS[@]} -gt 0 ]; then
     echo "## Compressed bodies (512x10: $PLAIN_512 bytes of protobuf; gzip level 6, zstd level 3)"
     echo
-    echo "Inflate GB/s: criterion's \\`cargo bench --bench inflate\\` on the same body, one core, output bytes per second: what weir runs (libdeflate for gzip, a one-shot zstd context), in brackets the streaming decoders it falls back to. Goal: the compressed rate at least 0.75 x the uncompressed rate / (1 + inflate time / uncompressed CPU time per request), and at least 3x rotel's."
+    echo "Inflate GB/s: criterion's \`cargo bench --bench inflate\` on the same body, one core, output bytes per second: what weir runs (libdeflate for gzip, a one-shot zstd context), in brackets the streaming decoders it falls back to. Goal: the compressed rate at least 0.75 x the uncompressed rate / (1 + inflate time / uncompressed CPU time per request), and at least 3x rotel's."
     echo
     echo "| protocol | body | weir spans per CPU-second | rotel | weir / rotel | weir uncompressed | inflate GB/s (streaming) | 0.75 x uncompressed / (1 + inflate share) | met | 3x rotel |"
     echo "|---|---|---|---|---|---|---|---|---|---|"
@@ -538,6 +563,7 @@ mkdir -p "$(dirname "$OUT")"
     printf '%s\n' "${DISK_ROWS[@]}"
     echo
   fi
+  if [ ${#REFUSAL_ROWS[@]} -gt 0 ]; then
   echo "## Refusals ($REJ_N requests per run, $TINY_N for 2-byte bodies; median (range) of $RUNS runs after a warm-up; 4 connections x 4 streams unless the row says otherwise)"
   echo
   echo "The floor rows are servers that answer every request with weir's 429 and do nothing else, run and measured the same way. \`examples/h2_floor.rs\`: the h2 crate with weir's socket layer, allocator and runtime (no routing, auth, throttle or hyper): what HTTP/2 on h2 and the kernel cost before weir does anything. \`examples/raw_floor.rs\`: pre-encoded answers, no HPACK, HTTP/1.1 heads only scanned for their end: what the kernel and the runtime cost, which no HTTP implementation can save. CPU is utime+stime from /proc; the kernel column is stime alone."
@@ -546,5 +572,6 @@ mkdir -p "$(dirname "$OUT")"
   echo "|---|---|---|---|"
   echo "| accepted 512x10, h2c (tenant without quota) | $acc_us ($acc_lo–$acc_hi) | $acc_kernel | 100% |"
   printf '%s\n' "${REFUSAL_ROWS[@]}"
+  fi
 } > "$OUT"
 cat "$OUT"

@@ -7,7 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # promtool and a real Prometheus for the alert-rule and dashboard tests (tests/deploy.rs).
+# redis-server for the fleet's shared quotas (tests/fleet.rs starts its own on a free port).
 command -v promtool > /dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; }
+command -v redis-server > /dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }
 cargo test --workspace --all-targets
 bash scripts/python-sdk-test.sh
 bash scripts/bench-smoke.sh

@@ -61,7 +61,21 @@ pub struct RunningApp {
     shutdown_timeout: Duration,
     throttle: Throttle,
     auth: Option<AuthLayerState>,
+    quota_sync: Option<crate::quota::store::QuotaSync>,
     config: Config,
+}
+
+/// The fleet sync of `receiver.auth.quota_store`, when there is a store and tenants.
+fn start_quota_sync(auth_config: &crate::config::AuthConfig, auth: Option<&AuthLayerState>) -> Option<crate::quota::store::QuotaSync> {
+    let store = auth_config.quota_store.as_ref()?;
+    let Some(auth) = auth.cloned() else {
+        tracing::warn!("receiver.auth.quota_store is set but no tenants or tokens are: there are no quotas to share");
+        return None;
+    };
+    // The URL was checked with the rest of the config.
+    let target = crate::quota::resp::Target::parse(&store.url).ok()?;
+    let settings = crate::quota::store::StoreSettings { target, sync_interval: store.sync_interval, key_prefix: store.key_prefix.clone() };
+    Some(crate::quota::store::QuotaSync::start(settings, move || auth.shared_limiters()))
 }
 
 fn cores() -> f64 {
@@ -82,6 +96,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     metrics::gauge!(telemetry::names::START_TIME).set(started);
     let ingest_base = Ingest::new(Arc::clone(&pipeline));
     let auth = AuthLayerState::with_quotas(&config.receiver.auth.all_tokens(), crate::quota::Quotas::from_config(&config.receiver.auth));
+    let quota_sync = start_quota_sync(&config.receiver.auth, auth.as_ref());
     let throttle = Throttle::start(&config.receiver.throttle, &config.receiver.auth);
     if let Some(d) = pipeline.disk() {
         throttle.manager.set_disk(Arc::clone(d));
@@ -171,6 +186,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         shutdown_timeout: config.pipeline.shutdown_timeout,
         throttle,
         auth,
+        quota_sync,
         config: original,
     })
 }
@@ -204,6 +220,11 @@ impl RunningApp {
         let receiver_deadline = (self.shutdown_timeout / 3).max(Duration::from_secs(1));
         for r in self.receivers {
             r.shutdown(receiver_deadline).await;
+        }
+        // No request is admitted any more: leave the fleet, so the other replicas take
+        // over this one's quota shares at their next sync.
+        if let Some(q) = self.quota_sync {
+            q.stop().await;
         }
         tracing::info!(queued_bytes = self.pipeline.queued_bytes(), "draining pipeline");
         self.tasks.shutdown(self.pipeline, self.shutdown_timeout).await;

@@ -13,122 +13,14 @@ mod support;
 use prost::Message;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use support::process::{tail, Proc};
 use support::*;
 
 /// A weir binary at fixed ports, restartable with the same config.
-struct Proc {
-    child: Option<Child>,
-    config: PathBuf,
-    log: PathBuf,
-    http: u16,
-    admin: u16,
-}
-
-impl Proc {
-    fn new(dir: &Path, name: &str, yaml: &str) -> Proc {
-        let (http, grpc, admin) = (free_port(), free_port(), free_port());
-        let yaml = yaml
-            .replace("{http}", &format!("127.0.0.1:{http}"))
-            .replace("{grpc}", &format!("127.0.0.1:{grpc}"))
-            .replace("{admin}", &format!("127.0.0.1:{admin}"));
-        let config = dir.join(format!("{name}.yaml"));
-        std::fs::write(&config, yaml).unwrap();
-        Proc { child: None, config, log: dir.join(format!("{name}.log")), http, admin }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.http)
-    }
-
-    fn admin(&self) -> String {
-        format!("http://127.0.0.1:{}", self.admin)
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn start(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(["--config", self.config.to_str().unwrap()])
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .stdin(std::process::Stdio::null())
-            .spawn()
-            .expect("weir starts");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = reqwest::get(format!("{}/readyz", self.admin())).await {
-                if r.status() == 200 {
-                    return;
-                }
-            }
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                panic!("weir exited early ({status}):\n{}", self.log_text());
-            }
-            assert!(Instant::now() < deadline, "weir not ready:\n{}", self.log_text());
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// SIGTERM and wait for the exit (bounded).
-    async fn stop(&mut self) {
-        let Some(mut c) = self.child.take() else { return };
-        // SAFETY: a signal to our own child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = c.try_wait() {
-                assert!(status.success(), "weir exited with {status}:\n{}", self.log_text());
-                return;
-            }
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                panic!("weir did not stop within 30 s of SIGTERM:\n{}", self.log_text());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
-    }
-
-    fn rss_kb(&self) -> u64 {
-        let Some(c) = self.child.as_ref() else { return 0 };
-        let status = std::fs::read_to_string(format!("/proc/{}/status", c.id())).unwrap_or_default();
-        status.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0)
-    }
-}
-
-/// The last 4 KB of a log.
-fn tail(log: &str) -> &str {
-    let mut from = log.len().saturating_sub(4000);
-    while !log.is_char_boundary(from) {
-        from += 1;
-    }
-    &log[from..]
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
 /// The sink: a plain weir writing what it receives to `out`.
 fn sink(dir: &Path, out: &Path) -> Proc {
     Proc::new(

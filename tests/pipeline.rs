@@ -158,7 +158,8 @@ async fn otlp_and_otlphttp_exporters_deliver_to_a_second_weir() {
     assert_eq!(wait_items(&sink.data_dir(), "logs", 12).await.len(), 12);
     assert_eq!(wait_items(&sink.data_dir(), "metrics", 8).await.len(), 8);
     for encoding in ["gzip", "zstd"] {
-        let inflated = metric_value(&sink.admin(), &format!("weir_receiver_decompressed_input_bytes_total{{encoding=\"{encoding}\"}}")).await;
+        let inflated =
+            metric_value(&sink.admin(), &format!("weir_receiver_decompressed_input_bytes_total{{encoding=\"{encoding}\"}}")).await;
         assert!(inflated.is_some_and(|v| v > 0.0), "the sink inflated no {encoding}: {inflated:?}");
     }
     front.app.shutdown().await;

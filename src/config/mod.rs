@@ -228,6 +228,9 @@ impl Config {
         if self.receiver.auth.all_tokens().is_empty() != new.receiver.auth.all_tokens().is_empty() {
             keys.push("receiver.auth (turning authentication on or off)");
         }
+        if y(&self.receiver.auth.quota_store) != y(&new.receiver.auth.quota_store) {
+            keys.push("receiver.auth.quota_store");
+        }
         if self.receiver.throttle.enabled != new.receiver.throttle.enabled {
             keys.push("receiver.throttle.enabled");
         }

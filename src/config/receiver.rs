@@ -219,6 +219,53 @@ pub struct AuthConfig {
     /// `tokens_file` is the older shape, keyed by its token: it is read as a tenant named
     /// `token-<hash>` with that one token.)
     pub tenants: std::collections::BTreeMap<String, TenantConfig>,
+    /// Where the replicas of a fleet share their tenants' quotas; none: quotas hold per
+    /// replica.
+    pub quota_store: Option<QuotaStoreConfig>,
+}
+
+/// `receiver.auth.quota_store`: the tenants' `rate` and `items` quotas shared by every
+/// replica that names the same store (see `quota::store`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaStoreConfig {
+    /// `redis` (the only kind).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `redis://[user:password@]host:port[/db]`.
+    pub url: String,
+    /// How often each replica reconciles its shares with the store.
+    #[serde(default = "default_sync_interval", with = "humantime_serde")]
+    pub sync_interval: std::time::Duration,
+    /// Prefix of every key weir writes (several fleets can share one Redis).
+    #[serde(default = "default_key_prefix")]
+    pub key_prefix: String,
+}
+
+fn default_sync_interval() -> std::time::Duration {
+    std::time::Duration::from_millis(200)
+}
+
+fn default_key_prefix() -> String {
+    "weir:".into()
+}
+
+impl QuotaStoreConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let key = "receiver.auth.quota_store";
+        if self.kind != "redis" {
+            return Err(ConfigError::invalid(format!("{key}.type"), format!("`{}` is not a store weir knows; use `redis`", self.kind)));
+        }
+        crate::quota::resp::Target::parse(&self.url).map_err(|e| ConfigError::invalid(format!("{key}.url"), e))?;
+        let ms = self.sync_interval.as_millis();
+        if !(10..=10_000).contains(&ms) {
+            return Err(ConfigError::invalid(format!("{key}.sync_interval"), format!("must be between 10ms and 10s, got {ms}ms")));
+        }
+        if self.key_prefix.is_empty() || self.key_prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(ConfigError::invalid(format!("{key}.key_prefix"), "must be non-empty, without whitespace"));
+        }
+        Ok(())
+    }
 }
 
 /// One tenant's settings.
@@ -292,6 +339,13 @@ impl AuthConfig {
         hide(&mut self.tokens);
         for t in self.tenants.values_mut() {
             hide(&mut t.tokens);
+        }
+        // A password in the store's URL.
+        if let Some(store) = &mut self.quota_store {
+            if let Some((scheme_creds, host)) = store.url.rsplit_once('@') {
+                let scheme = scheme_creds.split_once("://").map_or("redis", |(s, _)| s);
+                store.url = format!("{scheme}://<redacted>@{host}");
+            }
         }
     }
 
@@ -402,6 +456,9 @@ impl ReceiverConfig {
             }
         }
         self.throttle.validate("receiver.throttle")?;
+        if let Some(store) = &self.auth.quota_store {
+            store.validate()?;
+        }
         for (i, t) in self.auth.tokens.iter().enumerate() {
             if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
                 return Err(ConfigError::invalid(format!("receiver.auth.tokens[{i}]"), "must be non-empty, without whitespace"));

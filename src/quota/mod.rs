@@ -8,32 +8,56 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+pub mod resp;
+pub mod store;
+
+use store::Shared;
+
 /// One tenant's limiter: the generic cell rate algorithm on a theoretical arrival time.
+/// In a fleet ([`store`]) it enforces a share of the configured rate and burst.
 #[derive(Debug)]
 pub struct Gcra {
+    rate: f64,
+    burst: u32,
     /// Nanoseconds between conforming requests (1 / rate).
-    emission: u64,
+    emission: AtomicU64,
     /// Tolerance: how far ahead of now the arrival time may run (burst × emission).
-    tolerance: u64,
+    tolerance: AtomicU64,
     /// Theoretical arrival time, nanoseconds since the limiter's origin.
     tat: AtomicU64,
+    /// Requests offered since the fleet sync last looked (refused ones included).
+    offered: AtomicU64,
+    /// This replica's share of the quota (f64 bits; 1.0 without a fleet).
+    share: AtomicU64,
 }
 
 impl Gcra {
     /// `rate` requests per second (> 0), bursts of `burst` (≥ 1).
     pub fn new(rate: f64, burst: u32) -> Self {
-        let emission = (1e9 / rate).max(1.0) as u64;
-        Gcra { emission, tolerance: emission * u64::from(burst.max(1)), tat: AtomicU64::new(0) }
+        let g = Gcra {
+            rate,
+            burst,
+            emission: AtomicU64::new(0),
+            tolerance: AtomicU64::new(0),
+            tat: AtomicU64::new(0),
+            offered: AtomicU64::new(0),
+            share: AtomicU64::new(0),
+        };
+        g.set_share(1.0);
+        g
     }
 
     /// Takes one request at `now` (ns); `Err(wait)` is the exact time until it would conform.
     pub fn check(&self, now: u64) -> Result<(), Duration> {
+        self.offered.fetch_add(1, Ordering::Relaxed);
+        let emission = self.emission.load(Ordering::Relaxed);
+        let tolerance = self.tolerance.load(Ordering::Relaxed);
         let mut tat = self.tat.load(Ordering::Relaxed);
         loop {
             let start = tat.max(now);
-            let next = start + self.emission;
-            if next > now + self.tolerance {
-                return Err(Duration::from_nanos(next - self.tolerance - now));
+            let next = start + emission;
+            if next > now + tolerance {
+                return Err(Duration::from_nanos(next - tolerance - now));
             }
             match self.tat.compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => return Ok(()),
@@ -43,29 +67,87 @@ impl Gcra {
     }
 }
 
+impl Shared for Gcra {
+    fn take_offered(&self) -> u64 {
+        self.offered.swap(0, Ordering::Relaxed)
+    }
+
+    fn share(&self) -> f64 {
+        f64::from_bits(self.share.load(Ordering::Relaxed))
+    }
+
+    /// The rate and the burst both scale with the share; a burst never below one request.
+    fn set_share(&self, share: f64) {
+        let emission = (1e9 / (self.rate * share)).max(1.0) as u64;
+        let burst = (f64::from(self.burst) * share).round().max(1.0) as u64;
+        self.emission.store(emission, Ordering::Relaxed);
+        self.tolerance.store(emission.saturating_mul(burst), Ordering::Relaxed);
+        self.share.store(share.to_bits(), Ordering::Relaxed);
+    }
+}
+
 /// A token bucket for items (spans, data points, …): `rate` per second, at most one
 /// second's worth banked. Unlike [`Gcra`] it grants part of a request.
 #[derive(Debug)]
 pub struct ItemBucket {
-    rate: f64,
-    state: std::sync::Mutex<(f64, u64)>,
+    /// The configured rate.
+    base: f64,
+    /// (tokens, last refill ns, rate in force: `base` × share).
+    state: std::sync::Mutex<(f64, u64, f64)>,
+    offered: AtomicU64,
+    share: AtomicU64,
 }
 
 impl ItemBucket {
     /// `rate` items per second, starting full.
     pub fn new(rate: f64) -> Self {
-        ItemBucket { rate, state: std::sync::Mutex::new((rate, 0)) }
+        ItemBucket {
+            base: rate,
+            state: std::sync::Mutex::new((rate, 0, rate)),
+            offered: AtomicU64::new(0),
+            share: AtomicU64::new(1f64.to_bits()),
+        }
     }
 
     /// Takes up to `n` items at `now` (ns); returns how many were granted.
     pub fn take(&self, now: u64, n: usize) -> usize {
+        self.offered.fetch_add(n as u64, Ordering::Relaxed);
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let (tokens, last) = *st;
-        let refilled = (tokens + now.saturating_sub(last) as f64 / 1e9 * self.rate).min(self.rate);
+        let (tokens, last, rate) = *st;
+        let refilled = (tokens + now.saturating_sub(last) as f64 / 1e9 * rate).min(rate);
         let granted = (refilled.floor() as usize).min(n);
-        *st = (refilled - granted as f64, now.max(last));
+        *st = (refilled - granted as f64, now.max(last), rate);
         granted
     }
+}
+
+impl Shared for ItemBucket {
+    fn take_offered(&self) -> u64 {
+        self.offered.swap(0, Ordering::Relaxed)
+    }
+
+    fn share(&self) -> f64 {
+        f64::from_bits(self.share.load(Ordering::Relaxed))
+    }
+
+    fn set_share(&self, share: f64) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.2 = self.base * share;
+        st.0 = st.0.min(st.2);
+        self.share.store(share.to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// One limiter the fleet shares, as [`Quotas::shared`] lists it.
+pub struct SharedLimiter {
+    /// Its key in the store (without the prefix): the tenant's name hashed.
+    pub key: String,
+    /// The tenant (for this replica's metrics only; never sent to the store).
+    pub tenant: String,
+    /// `requests`, or the signal whose items it counts.
+    pub limit: &'static str,
+    /// The limiter.
+    pub limiter: std::sync::Arc<dyn Shared>,
 }
 
 /// The limiters of every configured tenant with a rate.
@@ -96,7 +178,13 @@ impl Quotas {
                 let key = (r.requests_per_second.to_bits(), r.burst);
                 let gcra = match old.by_tenant.get(t) {
                     Some((k, g)) if *k == key => std::sync::Arc::clone(g),
-                    _ => std::sync::Arc::new(Gcra::new(r.requests_per_second, r.burst)),
+                    // A changed quota keeps the fleet share its limiter had.
+                    Some((_, g)) => {
+                        let new = Gcra::new(r.requests_per_second, r.burst);
+                        new.set_share(g.share());
+                        std::sync::Arc::new(new)
+                    }
+                    None => std::sync::Arc::new(Gcra::new(r.requests_per_second, r.burst)),
                 };
                 Some((t.clone(), (key, gcra)))
             })
@@ -107,7 +195,12 @@ impl Quotas {
                 let key = (t.clone(), signal);
                 let bucket = match old.items.get(&key) {
                     Some((r, b)) if *r == rate.to_bits() => std::sync::Arc::clone(b),
-                    _ => std::sync::Arc::new(ItemBucket::new(rate)),
+                    Some((_, b)) => {
+                        let new = ItemBucket::new(rate);
+                        new.set_share(b.share());
+                        std::sync::Arc::new(new)
+                    }
+                    None => std::sync::Arc::new(ItemBucket::new(rate)),
                 };
                 items.insert(key, (rate.to_bits(), bucket));
             }
@@ -123,6 +216,23 @@ impl Quotas {
             Some((_, b)) => b.take(now, n),
             None => n,
         }
+    }
+
+    /// Every limiter, for the fleet sync.
+    pub fn shared(&self) -> Vec<SharedLimiter> {
+        let requests = self.by_tenant.iter().map(|(t, (_, g))| SharedLimiter {
+            key: store::limiter_key("", t, "requests"),
+            tenant: t.clone(),
+            limit: "requests",
+            limiter: std::sync::Arc::clone(g) as std::sync::Arc<dyn Shared>,
+        });
+        let items = self.items.iter().map(|((t, signal), (_, b))| SharedLimiter {
+            key: store::limiter_key("", t, signal.as_str()),
+            tenant: t.clone(),
+            limit: signal.as_str(),
+            limiter: std::sync::Arc::clone(b) as std::sync::Arc<dyn Shared>,
+        });
+        requests.chain(items).collect()
     }
 
     /// Takes one request of `tenant` now.
@@ -163,6 +273,24 @@ mod tests {
         assert_eq!(b.take(0, 10), 0);
         assert_eq!(b.take(S / 2, 80), 50, "half a second refills 50");
         assert_eq!(b.take(10 * S, 500), 100, "never more than one second banked");
+    }
+
+    #[test]
+    fn a_share_scales_rate_and_burst() {
+        let g = Gcra::new(100.0, 10);
+        g.set_share(0.2);
+        // 20/s with bursts of 2.
+        assert!(g.check(0).is_ok() && g.check(0).is_ok());
+        assert_eq!(g.check(0), Err(Duration::from_millis(50)));
+        let passed = (1..=1000u64).filter(|i| g.check(i * S / 100).is_ok()).count();
+        assert!((199..=201).contains(&passed), "{passed} in 10 s at a 0.2 share of 100/s");
+        assert_eq!(g.take_offered(), 1003);
+        assert_eq!(g.take_offered(), 0);
+        let b = ItemBucket::new(100.0);
+        b.set_share(0.5);
+        assert_eq!(b.take(0, 80), 50, "the bank shrinks with the share");
+        assert_eq!(b.take(S, 80), 50);
+        assert_eq!(b.take_offered(), 160);
     }
 
     #[test]

@@ -70,3 +70,15 @@ pub const DISK_MAX_BYTES: &str = "weir_queue_disk_max_bytes";
 pub const START_TIME: &str = "weir_start_time_seconds";
 /// Time one batch's export took, retries included, by `exporter` (histogram).
 pub const EXPORT_DURATION: &str = "weir_exporter_export_duration_seconds";
+/// 1 while the quota store's answers are in use, 0 while each replica falls back to
+/// `quota / live replicas`.
+pub const QUOTA_STORE_UP: &str = "weir_quota_store_up";
+/// Time of one sync with the quota store, seconds (histogram).
+pub const QUOTA_STORE_SYNC_SECONDS: &str = "weir_quota_store_sync_duration_seconds";
+/// Syncs with the quota store that failed or timed out.
+pub const QUOTA_STORE_SYNC_ERRORS: &str = "weir_quota_store_sync_errors_total";
+/// Live replicas the quota store last reported.
+pub const QUOTA_STORE_REPLICAS: &str = "weir_quota_store_replicas";
+/// This replica's share of a tenant's quota, by `tenant` and `limit` (`requests` or a
+/// signal's items).
+pub const QUOTA_SHARE: &str = "weir_quota_share";

@@ -5,6 +5,7 @@
 pub mod attack;
 pub mod cgroup;
 pub mod gen;
+pub mod process;
 pub mod throttle_fixture;
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;

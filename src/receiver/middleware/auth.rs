@@ -49,6 +49,11 @@ impl AuthLayerState {
         self.inner.store(Arc::new(AuthPolicy { tokens, quotas }));
     }
 
+    /// The limiters a fleet shares (the current ones: a reload's new limiters appear).
+    pub fn shared_limiters(&self) -> Vec<crate::quota::SharedLimiter> {
+        self.inner.load().quotas.shared()
+    }
+
     /// Takes up to `n` items of `signal` from `tenant`'s item quota; returns how many fit.
     pub fn take_items(&self, tenant: &str, signal: crate::signal::Signal, n: usize) -> usize {
         self.inner.load().quotas.take_items(tenant, signal, n)
