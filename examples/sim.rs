@@ -11,7 +11,7 @@ fn main() {
         ("no BBR", Layers { bbr: false, ..Layers::ALL }),
         ("no knee", Layers { knee: false, ..Layers::ALL }),
         ("no hold", Layers { hold: false, ..Layers::ALL }),
-        ("throttle only", Layers { slow_start: false, damping: false, bbr: false, knee: false, hold: false }),
+        ("throttle only", Layers { slow_start: false, damping: false, bbr: false, knee: false, hold: false, pid: false }),
     ];
     let mut rows = Vec::new();
     for s in scenarios() {

@@ -98,7 +98,10 @@ fn every_rule_names_its_key() {
         ("exporters: []", "exporters: at least one exporter"),
         ("exporters: [{type: kafka}]", "kafka"),
         ("exporters: [{type: otlp, endpoint: \"localhost:4317\"}]", "exporters[0].endpoint"),
-        ("exporters: [{type: otlp, endpoint: \"http://x:1\", compression: brotli}]", "exporters[0].compression: `brotli` must be `gzip`, `zstd` or `none`"),
+        (
+            "exporters: [{type: otlp, endpoint: \"http://x:1\", compression: brotli}]",
+            "exporters[0].compression: `brotli` must be `gzip`, `zstd` or `none`",
+        ),
         ("exporters: [{type: otlphttp, endpoint: \"http://x:1\", retry: {initial_interval: 2s, max_interval: 1s}}]", "exporters[0].retry"),
         ("exporters: [{type: debug, verbosity: loud}]", "exporters[0].verbosity"),
         ("exporters: [{type: file, path: /tmp/x, colour: red}]", "colour"),
@@ -108,6 +111,9 @@ fn every_rule_names_its_key() {
             "receiver.throttle.thresholds.cpu: need 0 <= exit < enter < hard",
         ),
         ("exporters: [{type: blackhole}]\nreceiver: {throttle: {thresholds: {mem: {hard: 0.5}}}}", "receiver.throttle.thresholds.mem"),
+        ("exporters: [{type: blackhole}]\nreceiver: {throttle: {pid: {setpoint: 3}}}", "receiver.throttle.pid.setpoint: must be in (0, 2]"),
+        ("exporters: [{type: blackhole}]\nreceiver: {throttle: {pid: {ki: -1}}}", "receiver.throttle.pid.ki"),
+        ("exporters: [{type: blackhole}]\nreceiver: {throttle: {pid: {min_rate: 10, max_rate: 5}}}", "receiver.throttle.pid.max_rate"),
         (
             "exporters: [{type: blackhole}]\nreceiver: {throttle: {thresholds: {cpu: {breach_n: 0}}}}",
             "receiver.throttle.thresholds.cpu.breach_n",
@@ -167,6 +173,24 @@ fn shipped_config_is_valid_and_check_prints_effective_config() {
     assert_eq!(effective["receiver"]["grpc_server"]["endpoint"].as_str(), Some("0.0.0.0:4317"));
     assert_eq!(effective["exporters"][0]["type"].as_str(), Some("file"));
     assert_eq!(effective["pipeline"]["batch"]["max_items"].as_u64(), Some(8192), "defaults are filled in");
+}
+
+#[test]
+fn check_redacts_tokens_and_the_quota_store_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fleet.yaml");
+    std::fs::write(
+        &cfg,
+        "receiver:\n  auth:\n    tenants: {acme: {tokens: [tok-s3cret], rate: {requests_per_second: 5, burst: 5}}}\n    \
+         quota_store: {type: redis, url: \"redis://weir:pw-s3cret@redis:6379/1\"}\nexporters: [{type: blackhole}]\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weir")).args(["--config", cfg.to_str().unwrap(), "--check"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains("s3cret"), "{text}");
+    assert!(text.contains("url: redis://<redacted>@redis:6379/1"), "{text}");
+    assert!(text.contains("sync_interval: 200ms") && text.contains("key_prefix: 'weir:'"), "defaults shown: {text}");
 }
 
 #[test]

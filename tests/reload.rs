@@ -116,14 +116,23 @@ async fn a_watched_file_reloads_without_a_signal() {
         format!("{}reload: {{watch_file: true, interval: 100ms}}\n", config(p.h, p.g, p.a, drop_max, "{requests_per_second: 100}"))
     };
     let (mut child, ports, admin) = spawn_weir(&path, |p| with_watch(p, "1.0")).await;
+    assert_eq!(debug(&admin).await["admission"]["pid"]["enabled"], false, "the PID controller is off by default");
     // Make sure the modification time moves even on coarse-grained filesystems.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    std::fs::write(&path, with_watch(ports, "0.4")).unwrap();
+    // The new rule and the PID controller, turned on with its own setpoint, both apply.
+    let pid_on = with_watch(ports, "0.4").replace("  throttle:\n", "  throttle:\n    pid: {enabled: true, setpoint: 0.9, kp: 0.5}\n");
+    std::fs::write(&path, pid_on).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while debug(&admin).await["rules"]["traces"]["drop_max"] != 0.4 {
         assert!(Instant::now() < deadline, "the watched file was not reloaded");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let pid = &debug(&admin).await["admission"]["pid"];
+    assert_eq!(
+        (pid["enabled"].as_bool(), pid["setpoint"].as_f64(), pid["limiting"].as_bool()),
+        (Some(true), Some(0.9), Some(false)),
+        "{pid}"
+    );
     let _ = child.kill();
     let _ = child.wait();
 }

@@ -82,3 +82,55 @@ fn retry_storms_collapse_without_held_refusals() {
         assert!(h > n, "{}: holding must keep more goodput ({h:.3} vs {n:.3})", s.name);
     }
 }
+
+/// The PID rate controller beside today's layers, scenario by scenario (printed as the
+/// table in docs/overload.md): it must keep every guarantee the other layers keep (no
+/// refusal at ≤ 70% load, not even from CPU noise; no OOM; admitted work within the
+/// plant's queue). What it trades: it holds the CPU at its setpoint, refusals included,
+/// so goodput under overload is about the setpoint less what refusing costs (≥ 75% here,
+/// against ~98% for today's layers at 10x), and in exchange admitted work stops queueing:
+/// its steady-overload P99 must beat today's layers' wherever the load stays above
+/// capacity.
+#[test]
+fn pid_controller_side_by_side() {
+    use weir::sim::pid_scenarios;
+    let mut rows = Vec::new();
+    let mut steadier = 0;
+    let mut compared = 0;
+    let mut failures = Vec::new();
+    for s in pid_scenarios() {
+        let today = run(&s, Layers::ALL, 42);
+        let pid = run(&s, Layers::WITH_PID, 42);
+        let name = s.name;
+        let mut check = |ok: bool, what: String| {
+            if !ok {
+                failures.push(format!("{name}: {what}"));
+            }
+        };
+        check(pid.refusals_at_low_load == 0, format!("{} refusals at <= 70% load", pid.refusals_at_low_load));
+        check(pid.max_mem < 1.0, format!("memory reached {:.2} of the limit", pid.max_mem));
+        check(pid.p99_ms <= 300.0, format!("P99 {:.0} ms", pid.p99_ms));
+        if let Some(g) = pid.goodput_under_overload {
+            check(g >= 0.75, format!("goodput under overload {g:.3}"));
+        }
+        if let (Some(a), Some(b)) = (today.p99_steady_overload_ms, pid.p99_steady_overload_ms) {
+            if name != "steady 1.2x" {
+                check(b < a, format!("steady-overload P99 {b:.0} ms, not below today's {a:.0} ms"));
+            }
+        }
+        if name.starts_with("noisy") {
+            check(pid.refused == 0, format!("{} refused from noise alone", pid.refused));
+        }
+        if let (Some(a), Some(b)) = (today.rejection_ratio_sd, pid.rejection_ratio_sd) {
+            compared += 1;
+            if b < a {
+                steadier += 1;
+            }
+        }
+        rows.push(("today's layers".to_string(), name, today));
+        rows.push(("+ PID".to_string(), name, pid));
+    }
+    println!("{}", table(&rows));
+    println!("PID refusal ratio steadier in {steadier} of {compared} overload scenarios");
+    assert!(failures.is_empty(), "the PID controller broke a guarantee: {failures:#?}");
+}

@@ -21,6 +21,7 @@
 //! Time is injected (nanoseconds since an origin), so the simulator and tests are exact.
 
 pub mod knee;
+pub mod pid;
 pub mod window;
 
 use crate::config::ThrottleConfig;
@@ -42,6 +43,8 @@ pub enum Layer {
     Bbr,
     /// The request waited in front of weir longer than `queue_delay.target`.
     QueueDelay,
+    /// Above the PID controller's allowed rate.
+    Pid,
 }
 
 impl Layer {
@@ -53,6 +56,7 @@ impl Layer {
             Layer::BurstDamping => "burst_damping",
             Layer::Bbr => "bbr",
             Layer::QueueDelay => "queue_delay",
+            Layer::Pid => "pid",
         }
     }
 }
@@ -94,6 +98,11 @@ struct State {
     second: u64,
     admitted_this_second: f64,
     last_drop: Option<u64>,
+    /// The PID controller, when it last updated, and its token bucket.
+    pid: pid::Pid,
+    pid_at: u64,
+    pid_tokens: f64,
+    pid_refill: u64,
 }
 
 /// The layers, one instance per server process.
@@ -155,6 +164,10 @@ impl Admission {
                 second: 0,
                 admitted_this_second: 0.0,
                 last_drop: None,
+                pid: pid::Pid::default(),
+                pid_at: 0,
+                pid_tokens: 0.0,
+                pid_refill: 0,
             }),
             knee,
             cfg: arc_swap::ArcSwap::from_pointee(cfg.clone()),
@@ -305,7 +318,35 @@ impl Admission {
                 }
             }
         }
+        // 5. The PID rate: updated once per sample interval from the CPU level, enforced
+        //    as a token bucket of a tenth of a second's worth.
+        if cfg.pid.enabled {
+            let period = (cfg.sample_interval.as_nanos() as u64).max(1);
+            if now.saturating_sub(st.pid_at) >= period {
+                let dt = now.saturating_sub(st.pid_at) as f64 / 1e9;
+                st.pid_at = now;
+                let passing = st.recent_pass.max_sum(now) * st.recent_pass.buckets_per_second();
+                let rate = st.pid.update(&cfg.pid, p.cpu, dt, passing);
+                metrics::gauge!(crate::telemetry::names::PID_RATE).set(rate.unwrap_or(0.0));
+            }
+            if let Some(rate) = st.pid.rate() {
+                let elapsed = now.saturating_sub(st.pid_refill) as f64 / 1e9;
+                st.pid_refill = now;
+                st.pid_tokens = (st.pid_tokens + rate * elapsed).min((rate / 10.0).max(1.0));
+                if st.pid_tokens >= 1.0 {
+                    st.pid_tokens -= 1.0;
+                } else if p.above_exit {
+                    return Err(Layer::Pid);
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The PID controller's allowed rate (while it limits) and its last error.
+    pub fn pid_state(&self) -> (Option<f64>, f64) {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        (st.pid.rate(), st.pid.last_error)
     }
 
     /// Records a finished request: in-flight down, pass and RT windows, knee sample.

@@ -93,6 +93,56 @@ pub struct HoldConfig {
     pub max_held: usize,
 }
 
+/// The PID rate controller (`receiver.throttle.pid`, see `admission::pid`): off by
+/// default; the README's overload page says where it wins and where it loses.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PidConfig {
+    /// On or off.
+    pub enabled: bool,
+    /// The CPU level it steers to (a fraction of the effective cores).
+    pub setpoint: f64,
+    /// Proportional gain: fraction of the reference rate per unit of error.
+    pub kp: f64,
+    /// Integral gain: the same per unit of error and second.
+    pub ki: f64,
+    /// Derivative gain, on the measured level (per unit per second).
+    pub kd: f64,
+    /// The allowed rate never goes below this (requests per second).
+    pub min_rate: f64,
+    /// …nor above this.
+    pub max_rate: f64,
+}
+
+impl Default for PidConfig {
+    fn default() -> Self {
+        // Tuned in the simulator (`tests/simulator.rs`, `SIM_PID`): see docs/overload.md.
+        PidConfig { enabled: false, setpoint: 0.95, kp: 1.0, ki: 2.0, kd: 0.05, min_rate: 1.0, max_rate: 1e6 }
+    }
+}
+
+impl PidConfig {
+    /// Checks the values, naming the key.
+    pub fn validate(&self, prefix: &str) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("{prefix}.pid.{k}");
+        if !(self.setpoint > 0.0 && self.setpoint <= 2.0) {
+            return Err(ConfigError::invalid(key("setpoint"), format!("must be in (0, 2] (a CPU level), got {}", self.setpoint)));
+        }
+        for (name, v) in [("kp", self.kp), ("ki", self.ki), ("kd", self.kd)] {
+            if !(v >= 0.0 && v.is_finite()) {
+                return Err(ConfigError::invalid(key(name), format!("must be >= 0, got {v}")));
+            }
+        }
+        if !(self.min_rate > 0.0 && self.min_rate.is_finite()) {
+            return Err(ConfigError::invalid(key("min_rate"), format!("must be > 0 requests per second, got {}", self.min_rate)));
+        }
+        if !(self.max_rate >= self.min_rate && self.max_rate.is_finite()) {
+            return Err(ConfigError::invalid(key("max_rate"), format!("must be >= min_rate ({}), got {}", self.min_rate, self.max_rate)));
+        }
+        Ok(())
+    }
+}
+
 /// The CPU-vs-P99 knee learner.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

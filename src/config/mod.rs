@@ -9,7 +9,7 @@ mod pipeline;
 mod receiver;
 mod throttle;
 
-pub use admission::{BbrConfig, BurstDampingConfig, ConnectionSignalConfig, KneeConfig, SlowStartConfig};
+pub use admission::{BbrConfig, BurstDampingConfig, ConnectionSignalConfig, KneeConfig, PidConfig, SlowStartConfig};
 pub use exporter::{
     BlackholeExporterConfig, DebugExporterConfig, ExporterConfig, FileExporterConfig, OtlpExporterConfig, OtlpHttpExporterConfig,
     RetryConfig,

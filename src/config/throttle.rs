@@ -52,6 +52,8 @@ pub struct ThrottleConfig {
     pub connection_signal: super::admission::ConnectionSignalConfig,
     /// Refusals answered after a delay, body unread (see [`super::admission::HoldConfig`]).
     pub hold: super::admission::HoldConfig,
+    /// The PID rate controller (off by default).
+    pub pid: super::admission::PidConfig,
 }
 
 /// `throttle.signal`.
@@ -205,6 +207,7 @@ impl Default for ThrottleConfig {
             queue_delay: Default::default(),
             connection_signal: Default::default(),
             hold: Default::default(),
+            pid: Default::default(),
         }
     }
 }
@@ -336,6 +339,7 @@ impl ThrottleConfig {
             self.max_inflight_per_core,
         )?;
         self.hold.validate(prefix)?;
+        self.pid.validate(prefix)?;
         let cs = &self.connection_signal;
         let cs_ok = cs.surge_ratio > 1.0 && cs.rtt_ratio > 1.0 && (0.0..1.0).contains(&cs.baseline_beta);
         if !cs_ok {

@@ -88,7 +88,7 @@ pub enum ApiError {
 }
 
 /// Every value [`ApiError::reason`] gives.
-pub const REASONS: [&str; 18] = [
+pub const REASONS: [&str; 19] = [
     "bad_request",
     "unsupported_media_type",
     "too_large",
@@ -107,6 +107,7 @@ pub const REASONS: [&str; 18] = [
     "admission_burst_damping",
     "admission_bbr",
     "admission_queue_delay",
+    "admission_pid",
 ];
 
 /// The reason an admission layer's refusal is counted under.
@@ -118,6 +119,7 @@ pub fn admission_reason(layer: crate::admission::Layer) -> &'static str {
         Layer::BurstDamping => "admission_burst_damping",
         Layer::Bbr => "admission_bbr",
         Layer::QueueDelay => "admission_queue_delay",
+        Layer::Pid => "admission_pid",
     }
 }
 
@@ -387,7 +389,7 @@ mod tests {
             ApiError::Throttled { message: s(), retry_after: d, open: false },
         ];
         use crate::admission::Layer;
-        let layers = [Layer::InflightCap, Layer::SlowStart, Layer::BurstDamping, Layer::Bbr, Layer::QueueDelay]
+        let layers = [Layer::InflightCap, Layer::SlowStart, Layer::BurstDamping, Layer::Bbr, Layer::QueueDelay, Layer::Pid]
             .map(|l| ApiError::Admission { message: s(), retry_after: d, reason: admission_reason(l) });
         let all: Vec<ApiError> = all.into_iter().chain(layers).collect();
         let reasons: Vec<_> = all.iter().map(ApiError::reason).collect();

@@ -104,11 +104,15 @@ pub struct Layers {
     pub knee: bool,
     /// Held refusals (`hold`).
     pub hold: bool,
+    /// The PID rate controller.
+    pub pid: bool,
 }
 
 impl Layers {
     /// Everything on.
-    pub const ALL: Layers = Layers { slow_start: true, damping: true, bbr: true, knee: true, hold: true };
+    pub const ALL: Layers = Layers { slow_start: true, damping: true, bbr: true, knee: true, hold: true, pid: false };
+    /// Everything, the PID controller too.
+    pub const WITH_PID: Layers = Layers { pid: true, ..Layers::ALL };
 }
 
 /// What a run measured.
@@ -143,6 +147,9 @@ pub struct Outcome {
     pub kept_under_overload: [Option<f64>; 3],
     /// Share of the server's CPU spent refusing (when refusals take CPU).
     pub refusal_cpu_share: f64,
+    /// Standard deviation of the per-second refusal ratio (refused / offered) from 10 s
+    /// into each overload phase: how steady the shedding is.
+    pub rejection_ratio_sd: Option<f64>,
 }
 
 /// splitmix64, seeded: the whole run is a function of the seed.
@@ -204,6 +211,14 @@ pub fn sim_config(layers: Layers) -> ThrottleConfig {
     c.bbr.enabled = layers.bbr;
     c.knee.enabled = layers.knee;
     c.hold.enabled = layers.hold;
+    c.pid.enabled = layers.pid;
+    // For tuning: SIM_PID="setpoint,kp,ki,kd" runs the simulator with other gains.
+    if let Ok(v) = std::env::var("SIM_PID") {
+        let v: Vec<f64> = v.split(',').filter_map(|x| x.parse().ok()).collect();
+        if v.len() == 4 {
+            (c.pid.setpoint, c.pid.kp, c.pid.ki, c.pid.kd) = (v[0], v[1], v[2], v[3]);
+        }
+    }
     c
 }
 
@@ -235,6 +250,8 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
     let (mut class_offered, mut class_done) = ([0u64; 3], [0u64; 3]);
     let classes = [Priority::Critical, Priority::Normal, Priority::Sheddable];
     let mut normal_since: Option<u64> = Some(0);
+    // Per second of steady overload: (offered, refused).
+    let mut per_second: std::collections::BTreeMap<u64, (u64, u64)> = std::collections::BTreeMap::new();
 
     // The closed loop: clients by the time they send next; held refusals by release time.
     let mut clients: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>> =
@@ -289,8 +306,12 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                     }
                 }
             }
+            let steady_second = (overloaded && now - phase_start >= 10_000 * TICK_NS).then_some(now / 1_000_000_000);
             for &client in &arriving {
                 out.offered += 1;
+                if let Some(sec) = steady_second {
+                    per_second.entry(sec).or_default().0 += 1;
+                }
                 if !overloaded {
                     under_offered += 1;
                 }
@@ -329,6 +350,9 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                     }
                     None => {
                         out.refused += 1;
+                        if let Some(sec) = steady_second {
+                            per_second.entry(sec).or_default().1 += 1;
+                        }
                         let grace = last_overload_end.is_some_and(|e| now.saturating_sub(e) < 20_000 * TICK_NS);
                         if low && !grace {
                             out.refusals_at_low_load += 1;
@@ -438,7 +462,42 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
     out.state_changes_per_min = changes as f64 / (now as f64 / 60e9);
     out.kept_under_overload = std::array::from_fn(|c| (class_offered[c] > 0).then(|| class_done[c] as f64 / class_offered[c] as f64));
     out.refusal_cpu_share = if busy_ticks > 0.0 { refusing_ticks / busy_ticks } else { 0.0 };
+    let ratios: Vec<f64> = per_second.values().filter(|(o, _)| *o > 0).map(|(o, r)| *r as f64 / *o as f64).collect();
+    out.rejection_ratio_sd = (ratios.len() >= 2).then(|| {
+        let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
+        (ratios.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / ratios.len() as f64).sqrt()
+    });
     out
+}
+
+/// The PID controller's comparison (issue: 1.2x, 3x and 10x overload, a step from 0.5x
+/// to 3x, a slow ramp to 3x), each with a calm phase after it.
+pub fn pid_scenarios() -> Vec<Scenario> {
+    let plant = Plant::default();
+    let calm = phase(30.0, 0.3);
+    let mk = |name: &'static str, phases: Vec<Phase>| Scenario {
+        name,
+        phases,
+        plant: plant.clone(),
+        mix: NORMAL_ONLY,
+        retry_at_once_clients: None,
+    };
+    let ramp: Vec<Phase> = (0..=10).map(|i| phase(6.0, 0.5 + 0.25 * f64::from(i))).chain([calm]).collect();
+    vec![
+        mk("steady 1.2x", vec![phase(10.0, 0.5), phase(60.0, 1.2), calm]),
+        mk("steady 3x", vec![phase(10.0, 0.5), phase(60.0, 3.0), calm]),
+        mk("steady 10x", vec![phase(10.0, 0.5), phase(60.0, 10.0), calm]),
+        mk("step 0.5x to 3x", vec![phase(30.0, 0.5), phase(60.0, 3.0), calm]),
+        mk("slow ramp 0.5x to 3x", ramp),
+        mk("noisy CPU at 0.6x", vec![phase(90.0, 0.6)]).with_plant(Plant { cpu_noise: 0.15, ..plant.clone() }),
+    ]
+}
+
+impl Scenario {
+    fn with_plant(mut self, plant: Plant) -> Scenario {
+        self.plant = plant;
+        self
+    }
 }
 
 /// Every request of the `normal` class.
@@ -531,11 +590,11 @@ pub fn scenarios() -> Vec<Scenario> {
 /// Renders outcomes as a Markdown table.
 pub fn table(rows: &[(String, &'static str, Outcome)]) -> String {
     let mut t = String::from(
-        "| scenario | layers | goodput (overload) | goodput (≤ capacity) | P99 ms | P99 ms, steady overload | refusals ≤70% load | queue full | s to Normal | state changes/min | max mem | kept in overload: critical / normal / sheddable | CPU spent refusing |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| scenario | layers | goodput (overload) | goodput (≤ capacity) | P99 ms | P99 ms, steady overload | refusals ≤70% load | queue full | s to Normal | state changes/min | max mem | kept in overload: critical / normal / sheddable | CPU spent refusing | refusal ratio SD |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (layers, name, o) in rows {
         t.push_str(&format!(
-            "| {name} | {layers} | {} | {:.1}% | {:.0} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {:.1}% |\n",
+            "| {name} | {layers} | {} | {:.1}% | {:.0} | {} | {} | {} | {} | {:.1} | {:.2} | {} | {:.1}% | {} |\n",
             o.goodput_under_overload.map_or("-".into(), |g| format!("{:.1}%", g * 100.0)),
             o.goodput_under_capacity * 100.0,
             o.p99_ms,
@@ -547,6 +606,7 @@ pub fn table(rows: &[(String, &'static str, Outcome)]) -> String {
             o.max_mem,
             o.kept_under_overload.map(|k| k.map_or("-".into(), |k| format!("{:.0}%", k * 100.0))).join(" / "),
             o.refusal_cpu_share * 100.0,
+            o.rejection_ratio_sd.map_or("-".into(), |s| format!("{s:.3}")),
         ));
     }
     t

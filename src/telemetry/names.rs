@@ -82,3 +82,6 @@ pub const QUOTA_STORE_REPLICAS: &str = "weir_quota_store_replicas";
 /// This replica's share of a tenant's quota, by `tenant` and `limit` (`requests` or a
 /// signal's items).
 pub const QUOTA_SHARE: &str = "weir_quota_share";
+/// The PID controller's allowed admission rate, requests per second (0 while it does
+/// not limit).
+pub const PID_RATE: &str = "weir_admission_pid_rate";

@@ -37,6 +37,7 @@ async fn handler(State(s): State<DebugState>) -> Json<serde_json::Value> {
     let (bbr_max_inflight, inflight) = adm.inner.bbr_estimate(adm.now());
     let (slow_start_active, damping_active) = adm.inner.phases();
     let knee_profile = adm.inner.knee.as_ref().map(|k| k.compute().1).unwrap_or_default();
+    let (pid_rate, pid_error) = adm.inner.pid_state();
     Json(serde_json::json!({
         "enabled": s.manager.enabled(),
         "config_hash": format!("{:016x}", s.manager.config_hash()),
@@ -63,6 +64,7 @@ async fn handler(State(s): State<DebugState>) -> Json<serde_json::Value> {
             "burst_damping_active": damping_active,
             "learned_cpu_knee": snap.knee,
             "knee_profile": knee_profile,
+            "pid": {"enabled": c.pid.enabled, "setpoint": c.pid.setpoint, "limiting": pid_rate.is_some(), "allowed_rate": pid_rate, "last_error": pid_error},
         },
     }))
 }

@@ -20,8 +20,14 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 const REASONS: [Reason; 6] = [Reason::Normal, Reason::SheddingPass, Reason::Disabled, Reason::Unclassified, Reason::Shed, Reason::Open];
-const LAYERS: [AdmissionLayer; 5] =
-    [AdmissionLayer::InflightCap, AdmissionLayer::SlowStart, AdmissionLayer::BurstDamping, AdmissionLayer::Bbr, AdmissionLayer::QueueDelay];
+const LAYERS: [AdmissionLayer; 6] = [
+    AdmissionLayer::InflightCap,
+    AdmissionLayer::SlowStart,
+    AdmissionLayer::BurstDamping,
+    AdmissionLayer::Bbr,
+    AdmissionLayer::QueueDelay,
+    AdmissionLayer::Pid,
+];
 /// Counter columns: the reasons, then the layers.
 const COLUMNS: usize = REASONS.len() + LAYERS.len();
 
