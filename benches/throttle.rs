@@ -54,6 +54,44 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
+    // The same with the PID rate controller on (its update runs once per sample
+    // interval; every request takes a token).
+    let mut with_pid = config.clone();
+    with_pid.pid.enabled = true;
+    let pid_admission = weir::admission::Admission::new(&with_pid, 2.0);
+    g.bench_function("full+pid/classify+decide+layers+done", |b| {
+        b.iter(|| {
+            now += 50_000;
+            let signal = routes.classify(black_box("/v1/logs"));
+            let d = manager.decide(signal);
+            if let (weir::throttle::manager::Decision::Admit(_), Ok(t)) = (d, pid_admission.admit(now, hot)) {
+                pid_admission.done(t, now + 10_000, 0.9);
+            }
+        })
+    });
+    g.finish();
+
+    // A tenant's request quota on the request path: a replica on its own, and one whose
+    // share the fleet sync (`receiver.auth.quota_store`) has set. The sync itself runs
+    // off the request path; what a request pays for the fleet is counting its demand.
+    use weir::quota::store::Shared;
+    let mut g = c.benchmark_group("quota_check");
+    let local = weir::quota::Gcra::new(1e9, 1000);
+    let mut t = 0u64;
+    g.bench_function("local", |b| {
+        b.iter(|| {
+            t += 2;
+            black_box(local.check(black_box(t)))
+        })
+    });
+    let fleet = weir::quota::Gcra::new(1e9, 1000);
+    fleet.set_share(0.37);
+    g.bench_function("fleet_share", |b| {
+        b.iter(|| {
+            t += 3;
+            black_box(fleet.check(black_box(t)))
+        })
+    });
     g.finish();
 }
 

@@ -11,7 +11,9 @@
 # Environment (no WEIR_ names: weir reads those as config): RUNS (3), SPANS_PER_RUN (3000000: requests per run = this / spans per
 # request), CELLS (space-separated "protocol/body" list, default all), SERVER_CORE (0),
 # LOAD_CORE (1), CRITERION_ARGS (e.g. "--measurement-time 1" for a smoke run), SERVER_BIN (target/release/weir: another build to compare), OUT (bench/results/<date>/throughput.md), SKIP_DECODE_BENCH=1,
-# REFUSALS=0 (skip the refusal-cost and floor sections), ROTEL=0 (skip the rotel column; else rotel's agent is fetched from its PyPI wheel into
+# COMPARE_BIN (another weir build, e.g. the one before a change: run beside this one,
+# run by run, on the same cells, and reported side by side), REFUSALS=0 (skip the
+# refusal-cost and floor sections), ROTEL=0 (skip the rotel column; else rotel's agent is fetched from its PyPI wheel into
 # target/rotel and run beside weir, the same way, on the 512x10 cells),
 # SMOKE=1 (CI: the debug build the tests already compiled, no criterion, 600 accepted
 # requests as the refusal baseline; it checks the script and weir's counts, and its
@@ -224,14 +226,22 @@ rotel_once() {
   echo "$((ok * $(spans_of "$body"))) $(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" 'BEGIN {printf "%.3f", t / hz}') $status"
 }
 
-declare -A CELL_CPU_RATE CELL_ROTEL
+if [ -n "${COMPARE_BIN:-}" ]; then
+  SAVED_BIN=$SERVER_BIN
+  SERVER_BIN=$COMPARE_BIN
+  start_weir before "$THROTTLE_IN_PATH"
+  SERVER_BIN=$SAVED_BIN
+fi
+
+declare -A CELL_CPU_RATE CELL_ROTEL CELL_BEFORE
 ROWS=()
 for cell in $CELLS; do
   proto=${cell%%/*} body=${cell#*/}
   spans=$(spans_of "$body")
   n=$((SPANS_PER_RUN / spans))
   run_once main "$proto" "$body" $((n / 5)) > /dev/null # warm-up
-  per_cpu=() per_wall=() rss=() means=() maxes=() rotel_cpu=() rotel_status=ok
+  per_cpu=() per_wall=() rss=() means=() maxes=() rotel_cpu=() rotel_status=ok before_cpu=()
+  [ -n "${before_PID:-}" ] && run_once before "$proto" "$body" $((n / 5)) > /dev/null
   with_rotel=
   [ -n "${rotel_PID:-}" ] && [ "$(shape_of "$body")" = 512x10 ] && with_rotel=1
   if [ -n "$with_rotel" ]; then
@@ -252,7 +262,13 @@ for cell in $CELLS; do
     means+=("$(to_ms "$mean")")
     maxes+=("$(to_ms "$max")")
     echo "  $cell run $r: $acc spans, $cpu CPU-s, $wall s, peak RSS $((peak / 1024)) MiB, mean $mean max $max"
-    # rotel interleaved with weir, run by run, so both see the same machine.
+    # The build to compare, and rotel, interleaved with weir run by run, so all see the
+    # same machine.
+    if [ -n "${before_PID:-}" ]; then
+      read -r bacc bcpu _ <<< "$(run_once before "$proto" "$body" "$n")"
+      before_cpu+=("$(awk -v a="$bacc" -v c="$bcpu" 'BEGIN {printf "%.0f", a / c}')")
+      echo "  $cell run $r, $COMPARE_BIN: $bacc spans, $bcpu CPU-s"
+    fi
     if [ -n "$with_rotel" ] && [ "$rotel_status" = ok ]; then
       read -r racc rcpu rstatus <<< "$(rotel_once "$proto" "$body" "$n")"
       rotel_status=$rstatus
@@ -260,6 +276,7 @@ for cell in $CELLS; do
       echo "  $cell run $r, rotel: $racc spans, $rcpu CPU-s, $rstatus"
     fi
   done
+  [ -n "${before_PID:-}" ] && CELL_BEFORE[$cell]=$(median_range "${before_cpu[@]}")
   if [ -n "$with_rotel" ]; then
     if [ "$rotel_status" = ok ]; then CELL_ROTEL[$cell]=$(middle "${rotel_cpu[@]}"); else CELL_ROTEL[$cell]="refused: $rotel_status"; fi
   fi
@@ -543,6 +560,17 @@ mkdir -p "$(dirname "$OUT")"
       'function pct(d) {return d == "n/a" ? "n/a" : sprintf("%.0f%%", 100 * e / d)} BEGIN {printf "| %s | %s | %s | %s |\n", p, b, pct(s), pct(j)}'
   done
   echo
+  if [ -n "${COMPARE_BIN:-}" ]; then
+    echo "## Against $COMPARE_BIN (the same cells, run by run beside this build; spans per CPU-second, median (range))"
+    echo
+    echo "| protocol | body | $COMPARE_BIN | this build | this / that |"
+    echo "|---|---|---|---|---|"
+    for cell in $CELLS; do
+      awk -v p="${cell%%/*}" -v b="${cell#*/}" -v t="${CELL_BEFORE[$cell]}" -v n="${CELL_CPU_RATE[$cell]}" \
+        'BEGIN {split(t, m, " "); printf "| %s | %s | %s | %s | %.2fx |\n", p, b, t, n, n / m[1]}'
+    done
+    echo
+  fi
   if [ ${#COMPRESSED_ROWS[@]} -gt 0 ]; then
     echo "## Compressed bodies (512x10: $PLAIN_512 bytes of protobuf; gzip level 6, zstd level 3)"
     echo
