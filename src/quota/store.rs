@@ -278,6 +278,7 @@ where
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     metrics::gauge!(names::QUOTA_STORE_UP).set(0.0);
     let mut first = true;
+    let mut warned_at_start = false;
     loop {
         tokio::select! {
             _ = ticks.tick() => {}
@@ -314,7 +315,8 @@ where
                 if changed {
                     let live = rec.live().unwrap_or(1);
                     tracing::warn!(error = %e, live_replicas = live, "quota store unreachable: each replica now enforces its quota / {live}");
-                } else if first {
+                } else if first && !warned_at_start {
+                    warned_at_start = true;
                     tracing::warn!(error = %e, "quota store unreachable at start: quotas hold per replica until it answers");
                 }
                 (plan, changed)
