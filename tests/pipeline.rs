@@ -216,3 +216,33 @@ async fn otlphttp_retries_honour_retry_after_then_drop_with_reason() {
     }
     assert_eq!(dropped, Some(4.0));
 }
+
+/// The throttle refuses up front what cannot fit in the queue, before the body is read.
+/// An OTLP/JSON body counts as half its length (protobuf takes a third to nine tenths
+/// of it): an idle weir whose whole budget is smaller than the JSON body, but larger
+/// than what it encodes to, still accepts it.
+#[tokio::test]
+async fn an_idle_weir_accepts_a_json_body_that_fits_once_encoded() {
+    let json = std::fs::read(format!("{}/tests/data/otlp-examples/trace.json", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let budget = json.len() * 3 / 4;
+    let yaml = with_exporters(
+        "  - type: blackhole\n",
+        &format!("pipeline:\n  queue:\n    max_bytes: {budget}\n  batch:\n    max_items: 1\n    timeout: 10ms\n"),
+    );
+    // The throttle (which runs the queue check) on the HTTP server, idle.
+    let yaml = yaml.replacen(
+        r#"middlewares: ["logging", "content_decompressor"]"#,
+        r#"middlewares: ["logging", "content_decompressor", "throttle"]"#,
+        1,
+    );
+    let w = start_yaml(&yaml).await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/traces", w.http()))
+        .header("content-type", "application/json")
+        .body(json.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "a {}-byte JSON body into a {budget}-byte budget: {}", json.len(), r.text().await.unwrap_or_default());
+    w.app.shutdown().await;
+}

@@ -104,16 +104,33 @@ impl ThrottleLayer {
     /// payload's size then), and a client that retries at once makes weir pay for that
     /// again and again: under a slow exporter, most of the CPU went to decoding requests
     /// that were then refused. So the throttle refuses up front what cannot fit: no room
-    /// left, or less room than the declared length of an uncompressed protobuf body (the
-    /// bytes the queue will hold; JSON and compressed bodies may take less or more once
-    /// decoded, so only a full budget refuses them, and an idle weir refuses none). The
-    /// answer is the queue's own 503 with its retry delay, held like any refusal.
+    /// left, or less room than what an uncompressed body will take in the queue. For
+    /// protobuf that is its declared length. OTLP/JSON encodes to protobuf at between
+    /// about a third (small attributes: hex IDs and field names) and nine tenths (long
+    /// attribute values) of its size, so half its declared length counts: an idle weir
+    /// refuses no JSON body that would fit, and a nearly full queue reads fewer 700 KB
+    /// bodies only to refuse them after decoding. (Refusing JSON only on a full budget:
+    /// an open-loop flood of large JSON bodies, `scripts/bench-storm.sh` open-loop burst,
+    /// kept 8-22K accepted spans/s in three runs; counting half, 38K in one run; single
+    /// runs of that phase vary about twofold on this machine.)
+    /// Compressed bodies state no decoded size in their headers: only a full budget
+    /// refuses them. The answer is the queue's own 503 with its retry delay, held like
+    /// any refusal.
     fn queue_refusal(&self, req: &Request<Body>, critical: bool) -> Option<std::time::Duration> {
         let queue = self.queue.as_ref()?;
         let h = req.headers();
         let identity = h.get(axum::http::header::CONTENT_ENCODING).is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"));
-        let protobuf = h.get(axum::http::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/x-protobuf"));
-        let declared = if identity && protobuf { crate::receiver::middleware::declared_len(req).unwrap_or(0) as usize } else { 0 };
+        let content_type = h.get(axum::http::header::CONTENT_TYPE).map(|v| v.as_bytes());
+        // What the queue will hold, as a share of the declared length.
+        let divisor = match content_type {
+            Some(t) if t.starts_with(b"application/x-protobuf") => 1,
+            Some(t) if t.starts_with(b"application/json") => 2,
+            _ => 0,
+        };
+        let declared = match (identity, divisor) {
+            (true, 1 | 2) => crate::receiver::middleware::declared_len(req).unwrap_or(0) as usize / divisor,
+            _ => 0,
+        };
         // At least one byte: a full budget refuses whatever the size.
         queue.would_refuse(declared.max(1), critical).then(|| queue.retry_after())
     }
