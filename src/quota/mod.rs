@@ -77,7 +77,9 @@ impl Shared for Gcra {
     }
 
     /// The rate and the burst both scale with the share; a burst never below one request.
+    /// A share is kept within (0, 1], so the emission interval stays finite.
     fn set_share(&self, share: f64) {
+        let share = if share.is_finite() { share.clamp(1e-6, 1.0) } else { 1.0 };
         let emission = (1e9 / (self.rate * share)).max(1.0) as u64;
         let burst = (f64::from(self.burst) * share).round().max(1.0) as u64;
         self.emission.store(emission, Ordering::Relaxed);
@@ -131,6 +133,7 @@ impl Shared for ItemBucket {
     }
 
     fn set_share(&self, share: f64) {
+        let share = if share.is_finite() { share.clamp(1e-6, 1.0) } else { 1.0 };
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.2 = self.base * share;
         st.0 = st.0.min(st.2);
@@ -291,6 +294,11 @@ mod tests {
         assert_eq!(b.take(0, 80), 50, "the bank shrinks with the share");
         assert_eq!(b.take(S, 80), 50);
         assert_eq!(b.take_offered(), 160);
+        // A zero or broken share never makes the interval infinite.
+        for share in [0.0, f64::NAN, -1.0] {
+            g.set_share(share);
+            let _ = g.check(20 * S);
+        }
     }
 
     #[test]
