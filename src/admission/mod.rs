@@ -115,6 +115,8 @@ pub struct Admission {
     inflight: AtomicI64,
     /// Requests waiting for an in-flight slot.
     waiting: AtomicI64,
+    /// Requests admitted since start.
+    admitted_total: std::sync::atomic::AtomicU64,
     state: Mutex<State>,
     /// The knee learner (shared with the sampler, which applies the learned line).
     pub knee: Option<std::sync::Arc<KneeLearner>>,
@@ -151,6 +153,7 @@ impl Admission {
             cores,
             inflight: AtomicI64::new(0),
             waiting: AtomicI64::new(0),
+            admitted_total: std::sync::atomic::AtomicU64::new(0),
             state: Mutex::new(State {
                 // Arrivals: 5 s in 50 buckets (seed 000); pass and RT: the BBR window.
                 arrival: RollingWindow::new(50, SEC / 10),
@@ -215,6 +218,17 @@ impl Admission {
         self.waiting.fetch_sub(1, Ordering::AcqRel);
     }
 
+    /// Whether a core has nothing to do: fewer requests in flight than effective cores
+    /// (rounded up) and none waiting for a slot.
+    pub fn core_idle(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) <= 0 && (self.inflight.load(Ordering::Acquire) as f64) < self.cores.ceil().max(1.0)
+    }
+
+    /// Requests admitted since start.
+    pub fn admitted_total(&self) -> u64 {
+        self.admitted_total.load(Ordering::Relaxed)
+    }
+
     /// Requests admitted and not yet done.
     pub fn inflight(&self) -> i64 {
         self.inflight.load(Ordering::Relaxed)
@@ -254,6 +268,7 @@ impl Admission {
             st.admitted_this_second += 1.0;
             drop(st);
             self.inflight.fetch_add(1, Ordering::Relaxed);
+            self.admitted_total.fetch_add(1, Ordering::Relaxed);
         }
         verdict.map(|()| Ticket { start: now })
     }

@@ -97,6 +97,12 @@ impl Default for DiskConfig {
 pub struct BatchConfig {
     /// Flush when a batch holds this many items (spans, data points, log records, profiles).
     pub max_items: usize,
+    /// Flush before a batch's encoded size would pass this many bytes (one request larger
+    /// than this goes alone). Without it a batch of large items (4 KiB spans) grew to
+    /// 32 MiB: larger than most backends take in one gRPC message (4 MiB by default), and
+    /// as large as the whole queue budget, so the queue sat full until the batch timed
+    /// out and receivers answered 503 meanwhile.
+    pub max_bytes: usize,
     /// Flush a non-empty batch after this long.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
@@ -104,7 +110,7 @@ pub struct BatchConfig {
 
 impl Default for BatchConfig {
     fn default() -> Self {
-        BatchConfig { max_items: 8192, timeout: Duration::from_millis(200) }
+        BatchConfig { max_items: 8192, max_bytes: 4 << 20, timeout: Duration::from_millis(200) }
     }
 }
 
@@ -130,6 +136,9 @@ impl PipelineConfig {
         }
         if self.batch.max_items == 0 {
             return Err(ConfigError::invalid("pipeline.batch.max_items", "must be > 0"));
+        }
+        if self.batch.max_bytes == 0 {
+            return Err(ConfigError::invalid("pipeline.batch.max_bytes", "must be > 0"));
         }
         if self.batch.timeout.is_zero() {
             return Err(ConfigError::invalid("pipeline.batch.timeout", "must be > 0"));

@@ -18,6 +18,8 @@ pub struct Batch {
     pub payload: Payload,
     /// Item count.
     pub items: usize,
+    /// Encoded bytes (what the permits reserve).
+    bytes: usize,
     _permits: Vec<BytesPermit>,
     /// With the disk queue: what to acknowledge when the export has ended.
     ack: Option<Ack>,
@@ -28,7 +30,8 @@ pub struct Batch {
 impl Batch {
     /// A batch read from the disk queue, acknowledged with `ack` once its export ends.
     pub fn durable(payload: Payload, items: usize, permits: Vec<BytesPermit>, ack: Ack, tenant: Option<Arc<str>>) -> Self {
-        Batch { payload, items, _permits: permits, ack: Some(ack), tenant }
+        let bytes = permits.iter().map(BytesPermit::bytes).sum();
+        Batch { payload, items, bytes, _permits: permits, ack: Some(ack), tenant }
     }
 }
 
@@ -52,10 +55,11 @@ impl Ack {
     }
 }
 
-/// Groups payloads of one signal until `max_items` or `timeout`.
+/// Groups payloads of one signal until `max_items`, `max_bytes` or `timeout`.
 pub struct Batcher {
     signal: Signal,
     max_items: usize,
+    max_bytes: usize,
     timeout: Duration,
     exporters: Vec<mpsc::Sender<Arc<Batch>>>,
     open: Option<(Batch, Instant)>,
@@ -65,8 +69,16 @@ pub struct Batcher {
 
 impl Batcher {
     /// A batcher feeding `exporters`.
-    pub fn new(signal: Signal, max_items: usize, timeout: Duration, exporters: Vec<mpsc::Sender<Arc<Batch>>>) -> Self {
-        Batcher { signal, max_items, timeout, exporters, open: None, split_tenants: false }
+    pub fn new(signal: Signal, config: &crate::config::BatchConfig, exporters: Vec<mpsc::Sender<Arc<Batch>>>) -> Self {
+        Batcher {
+            signal,
+            max_items: config.max_items,
+            max_bytes: config.max_bytes,
+            timeout: config.timeout,
+            exporters,
+            open: None,
+            split_tenants: false,
+        }
     }
 
     /// Keeps tenants apart: a payload of another tenant than the open batch's starts a
@@ -94,13 +106,17 @@ impl Batcher {
 
     async fn add(&mut self, q: Queued) {
         let Queued { payload, items, permit, tenant } = q;
-        if self.split_tenants && self.open.as_ref().is_some_and(|(b, _)| b.tenant != tenant) {
+        let bytes = permit.bytes();
+        let other_tenant = self.split_tenants && self.open.as_ref().is_some_and(|(b, _)| b.tenant != tenant);
+        let too_big = self.open.as_ref().is_some_and(|(b, _)| b.bytes.saturating_add(bytes) > self.max_bytes);
+        if other_tenant || too_big {
             self.flush().await;
         }
         let payload = match self.open.as_mut() {
             Some((batch, _)) => match batch.payload.merge(payload) {
                 None => {
                     batch.items += items;
+                    batch.bytes += bytes;
                     batch._permits.push(permit);
                     None
                 }
@@ -112,9 +128,12 @@ impl Batcher {
         if let Some((payload, permit)) = payload {
             self.flush().await;
             let tenant = if self.split_tenants { tenant } else { None };
-            self.open = Some((Batch { payload, items, _permits: vec![permit], ack: None, tenant }, Instant::now() + self.timeout));
+            self.open =
+                Some((Batch { payload, items, bytes, _permits: vec![permit], ack: None, tenant }, Instant::now() + self.timeout));
         }
-        let full = self.open.as_ref().is_some_and(|(b, _)| b.items >= self.max_items || b.payload.signal() == Signal::Profiles);
+        let full = self.open.as_ref().is_some_and(|(b, _)| {
+            b.items >= self.max_items || b.bytes >= self.max_bytes || b.payload.signal() == Signal::Profiles
+        });
         if full {
             self.flush().await;
         }
@@ -174,5 +193,41 @@ pub async fn export_worker(
     }
     if remaining.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
         exporter.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::queue::ByteBudget;
+    use crate::signal::Encoded;
+
+    fn queued(budget: &Arc<ByteBudget>, bytes: usize, items: usize) -> Queued {
+        let permit = budget.try_reserve(Signal::Traces, bytes, items).expect("room in the test budget");
+        let payload = Payload::Encoded(Encoded::single(Signal::Traces, bytes::Bytes::from(vec![0u8; bytes]), items));
+        Queued { payload, items, permit, tenant: None }
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_flushed_before_it_would_pass_max_bytes() {
+        let budget = ByteBudget::new(1 << 30);
+        let (tx, mut rx) = mpsc::channel(64);
+        let config =
+            crate::config::BatchConfig { max_items: 1_000_000, max_bytes: 1000, timeout: Duration::from_secs(3600) };
+        let (in_tx, in_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(Batcher::new(Signal::Traces, &config, vec![tx]).run(in_rx));
+        // 400 + 400 fit; a third 400 would make 1200: the first two go out together.
+        // 1500 alone is over the limit: it goes alone, at once. 100 then waits for the end.
+        for bytes in [400, 400, 400, 1500, 100] {
+            in_tx.send(queued(&budget, bytes, 1)).expect("batcher running");
+        }
+        let sizes = [rx.recv().await, rx.recv().await, rx.recv().await].map(|b| b.map(|b| (b.bytes, b.items)));
+        assert_eq!(sizes, [Some((800, 2)), Some((400, 1)), Some((1500, 1))]);
+        drop(in_tx);
+        task.await.expect("batcher ends");
+        let last = rx.recv().await.map(|b| (b.bytes, b.items));
+        assert_eq!(last, Some((100, 1)));
+        drop(rx);
+        assert_eq!(budget.used(), 0, "every permit released once its batch is gone");
     }
 }

@@ -140,7 +140,7 @@ impl Pipeline {
             Signal::ALL.map(|signal| {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let batcher =
-                    Batcher::new(signal, config.batch.max_items, config.batch.timeout, exporter_txs.clone()).split_tenants(split_tenants);
+                    Batcher::new(signal, &config.batch, exporter_txs.clone()).split_tenants(split_tenants);
                 batchers.push(tokio::spawn(batcher.run(rx)));
                 tx
             })

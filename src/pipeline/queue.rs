@@ -77,6 +77,13 @@ pub struct BytesPermit {
     items: usize,
 }
 
+impl BytesPermit {
+    /// The bytes it reserves.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
 impl Drop for BytesPermit {
     fn drop(&mut self) {
         self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);

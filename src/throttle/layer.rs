@@ -320,7 +320,10 @@ async fn held(
     pause: Option<crate::receiver::rxstamp::ReadPause>,
 ) -> Response<Body> {
     let req = (req.version() < axum::http::Version::HTTP_2).then_some(req);
-    tokio::time::sleep(hold).await;
+    tokio::select! {
+        _ = tokio::time::sleep(hold) => {}
+        _ = guard.released_early() => {}
+    }
     drop(guard);
     drop(pause);
     let Some(req) = req else { return resp };

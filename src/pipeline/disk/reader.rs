@@ -91,6 +91,7 @@ impl Window {
 struct Open {
     payload: Payload,
     items: usize,
+    bytes: usize,
     permits: Vec<BytesPermit>,
     last_id: u64,
     oldest_ts: u64,
@@ -105,6 +106,7 @@ pub struct Reader {
     window: Arc<AckWindow>,
     budget: Arc<ByteBudget>,
     max_items: usize,
+    max_bytes: usize,
     timeout: Duration,
     tx: mpsc::Sender<Arc<Batch>>,
     stop: watch::Receiver<bool>,
@@ -131,6 +133,7 @@ impl Reader {
             window,
             budget: ByteBudget::new(memory.max(1)),
             max_items: batch.max_items,
+            max_bytes: batch.max_bytes,
             timeout: batch.timeout,
             tx,
             stop,
@@ -302,8 +305,13 @@ impl Reader {
             }
         };
         let payload = Payload::Encoded(Encoded::single(signal, bytes, items));
-        let mergeable =
-            self.open.as_ref().is_some_and(|o| o.payload.signal() == signal && signal != Signal::Profiles && o.tenant == tenant);
+        let bytes = permit.bytes();
+        let mergeable = self.open.as_ref().is_some_and(|o| {
+            o.payload.signal() == signal
+                && signal != Signal::Profiles
+                && o.tenant == tenant
+                && o.bytes.saturating_add(bytes) <= self.max_bytes
+        });
         if !mergeable {
             self.flush().await;
         }
@@ -311,6 +319,7 @@ impl Reader {
             Some(o) => {
                 let _ = o.payload.merge(payload);
                 o.items += items;
+                o.bytes += bytes;
                 o.permits.push(permit);
                 o.last_id = id;
             }
@@ -318,6 +327,7 @@ impl Reader {
                 self.open = Some(Open {
                     payload,
                     items,
+                    bytes,
                     permits: vec![permit],
                     last_id: id,
                     oldest_ts: ts_ms,
@@ -326,7 +336,7 @@ impl Reader {
                 })
             }
         }
-        if self.open.as_ref().is_some_and(|o| o.items >= self.max_items || signal == Signal::Profiles) {
+        if self.open.as_ref().is_some_and(|o| o.items >= self.max_items || o.bytes >= self.max_bytes || signal == Signal::Profiles) {
             self.flush().await;
         }
     }
