@@ -27,7 +27,7 @@ receiver:
       mem: {enter: 0.15, exit: 0.10, hard: 0.22, breach_n: 1}
 pipeline:
   queue: {max_bytes: 150000000}
-  batch: {max_items: 100000000, timeout: 3s}
+  batch: {max_items: 100000000, max_bytes: 150000000, timeout: 3s}
 exporters: [{type: blackhole}]
 admin: {endpoint: "{admin}"}
 log: {level: warn}

@@ -128,12 +128,12 @@ impl Batcher {
         if let Some((payload, permit)) = payload {
             self.flush().await;
             let tenant = if self.split_tenants { tenant } else { None };
-            self.open =
-                Some((Batch { payload, items, bytes, _permits: vec![permit], ack: None, tenant }, Instant::now() + self.timeout));
+            self.open = Some((Batch { payload, items, bytes, _permits: vec![permit], ack: None, tenant }, Instant::now() + self.timeout));
         }
-        let full = self.open.as_ref().is_some_and(|(b, _)| {
-            b.items >= self.max_items || b.bytes >= self.max_bytes || b.payload.signal() == Signal::Profiles
-        });
+        let full = self
+            .open
+            .as_ref()
+            .is_some_and(|(b, _)| b.items >= self.max_items || b.bytes >= self.max_bytes || b.payload.signal() == Signal::Profiles);
         if full {
             self.flush().await;
         }
@@ -212,8 +212,7 @@ mod tests {
     async fn a_batch_is_flushed_before_it_would_pass_max_bytes() {
         let budget = ByteBudget::new(1 << 30);
         let (tx, mut rx) = mpsc::channel(64);
-        let config =
-            crate::config::BatchConfig { max_items: 1_000_000, max_bytes: 1000, timeout: Duration::from_secs(3600) };
+        let config = crate::config::BatchConfig { max_items: 1_000_000, max_bytes: 1000, timeout: Duration::from_secs(3600) };
         let (in_tx, in_rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(Batcher::new(Signal::Traces, &config, vec![tx]).run(in_rx));
         // 400 + 400 fit; a third 400 would make 1200: the first two go out together.

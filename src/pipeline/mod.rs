@@ -139,8 +139,7 @@ impl Pipeline {
         let senders = disk.is_none().then(|| {
             Signal::ALL.map(|signal| {
                 let (tx, rx) = mpsc::unbounded_channel();
-                let batcher =
-                    Batcher::new(signal, &config.batch, exporter_txs.clone()).split_tenants(split_tenants);
+                let batcher = Batcher::new(signal, &config.batch, exporter_txs.clone()).split_tenants(split_tenants);
                 batchers.push(tokio::spawn(batcher.run(rx)));
                 tx
             })

@@ -20,6 +20,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 const TICK_NS: u64 = 1_000_000;
+/// weir's idle check for held refusals, in ticks (10 ms).
+const IDLE_CHECK_TICKS: u64 = 10;
 
 /// The service model.
 #[derive(Debug, Clone)]
@@ -212,6 +214,14 @@ pub fn sim_config(layers: Layers) -> ThrottleConfig {
     c.knee.enabled = layers.knee;
     c.hold.enabled = layers.hold;
     c.pid.enabled = layers.pid;
+    // For tuning: SIM_HOLD="max_seconds,return_ratio" holds refusals otherwise.
+    if let Ok(v) = std::env::var("SIM_HOLD") {
+        let v: Vec<f64> = v.split(',').filter_map(|x| x.parse().ok()).collect();
+        if v.len() == 2 {
+            c.hold.max = std::time::Duration::from_secs_f64(v[0]);
+            c.hold.return_ratio = v[1];
+        }
+    }
     // For tuning: SIM_PID="setpoint,kp,ki,kd" runs the simulator with other gains.
     if let Ok(v) = std::env::var("SIM_PID") {
         let v: Vec<f64> = v.split(',').filter_map(|x| x.parse().ok()).collect();
@@ -258,6 +268,7 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
         (0..s.retry_at_once_clients.unwrap_or(0)).map(|c| std::cmp::Reverse((TICK_NS, c))).collect();
     let mut held: VecDeque<(u64, usize)> = VecDeque::new();
     let mut arriving: Vec<Option<usize>> = Vec::new();
+    let (mut last_admitted, mut release) = (0u64, 1usize);
     let (mut refusal_debt, mut refusing_ticks, mut busy_ticks) = (0.0f64, 0.0f64, 0.0f64);
     // A refusal: its CPU, and its client's return, at once or after the hold (kept in
     // release order: holds only grow with the number held, so a FIFO stays sorted
@@ -388,6 +399,21 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
             while held.front().is_some_and(|(t, _)| *t <= now) {
                 let Some((_, c)) = held.pop_front() else { break };
                 clients.push(std::cmp::Reverse((now + TICK_NS, c)));
+            }
+            // As weir's idle check (`throttle::release_when_idle`): every 10 ms, when nothing
+            // was admitted since the last check and nothing waits to be served, the
+            // longest-held are answered early, one and then twice as many per idle check.
+            if (now / TICK_NS) % IDLE_CHECK_TICKS == 0 {
+                let admitted = admission.admitted_total();
+                let quiet = admitted == last_admitted;
+                last_admitted = admitted;
+                if queue.is_empty() && !held.is_empty() {
+                    for _ in 0..release.min(held.len()) {
+                        let Some((_, c)) = held.pop_front() else { break };
+                        clients.push(std::cmp::Reverse((now + TICK_NS, c)));
+                    }
+                }
+                release = if quiet && queue.is_empty() && !held.is_empty() { (release * 2).min(64) } else { 1 };
             }
             while downstream.front().is_some_and(|(t, _)| *t <= now) {
                 let Some((_, job)) = downstream.pop_front() else { break };

@@ -100,16 +100,7 @@ impl Throttle {
             tracing::info!("throttle disabled: admitting everything, no sampler");
             let admission = Arc::new(AdmissionClock::new(Admission::new(config, 1.0), false));
             let (reloads, _) = watch::channel(config.clone());
-            return Throttle {
-                manager,
-                admission,
-                reader: None,
-                conns: Default::default(),
-                stop,
-                task: None,
-                idle_task: None,
-                reloads,
-            };
+            return Throttle { manager, admission, reader: None, conns: Default::default(), stop, task: None, idle_task: None, reloads };
         }
         let reader = cgroup::CgroupReader::discover(&config.cgroup_root, config.signal.fallback_cores);
         let cap = reader.cpu_capacity();
@@ -215,18 +206,20 @@ impl AdmissionClock {
 /// are held.
 const IDLE_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// Answers the longest-held refusals early whenever weir admitted nothing for
-/// [`IDLE_CHECK`] and a core is free: one on the first check, twice as many on each next one that still
-/// finds it idle (at most 64). A hold is sized from the recent completion rate, so when
-/// the clients that were being served stop (a phase of a benchmark ends, a batch of
-/// retries all lands in the hold at once) every client can end up held while weir idles
-/// for the rest of the hold: measured, 3 s of a 10 s phase at 4% CPU with 512 clients held
-/// for 5 s. Released, a client that retries at once finds the core free; one that
-/// honours Retry-After is told what is left of its delay as before.
+/// Answers the longest-held refusal early when a core is free at a check (every
+/// [`IDLE_CHECK`]); while weir admits nothing between checks, twice as many on each next
+/// check (at most 64). A hold is sized from the recent completion rate, so when the
+/// clients being served are refused in turn (shedding drops a share of every client's
+/// requests) or go away (a benchmark phase ends), too few held clients come back and
+/// weir idles: measured, 3 s of a 10 s phase at 4% CPU with 512 clients held for 5 s.
+/// One release per check is at most 100 early answers a second; the doubling only runs
+/// while weir is wholly idle (releasing it at every free instant of a busy phase, small
+/// requests' gaps, turned the released clients into 5,000 refusals a second). Released,
+/// a client that retries at once finds the core free; one that honours Retry-After is
+/// told what is left of its delay as before.
 async fn release_when_idle(admission: Arc<AdmissionClock>, mut stop: watch::Receiver<bool>) {
-    // One on the first idle check, then twice as many on each check that finds the core
-    // still idle: the longest-held are often clients that have gone away (they are
-    // answered first), and a released client that finds the core free ends the idling.
+    // The longest-held are often clients that have gone away (they are answered first):
+    // while nothing is admitted, more are released at each check until one takes the core.
     const MAX_RELEASE: usize = 64;
     let mut release = 1;
     let mut last_admitted = admission.inner.admitted_total();
@@ -237,21 +230,18 @@ async fn release_when_idle(admission: Arc<AdmissionClock>, mut stop: watch::Rece
             _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        // Idle: nothing admitted since the last check, and a core free now. (A free core
-        // at one instant is common between small requests; releasing then only turns the
-        // released clients into new refusals.)
+        // Quiet: nothing admitted since the last check.
         let admitted = admission.inner.admitted_total();
         let quiet = admitted == last_admitted;
         last_admitted = admitted;
         let held = admission.held.load(std::sync::atomic::Ordering::Acquire);
-        if held > 0 && quiet && admission.inner.core_idle() {
+        let idle = held > 0 && admission.inner.core_idle();
+        if idle {
             for _ in 0..release.min(held) {
                 admission.idle.notify_one();
             }
-            release = (release * 2).min(MAX_RELEASE);
-        } else {
-            release = 1;
         }
+        release = if idle && quiet { (release * 2).min(MAX_RELEASE) } else { 1 };
     }
 }
 
