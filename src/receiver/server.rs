@@ -5,7 +5,7 @@
 use super::h2conn::{self, H2Settings};
 use super::hygiene::Closed;
 use super::rxstamp::mono_ms;
-use super::rxstamp::RxStamp;
+use super::rxstamp::{Discard, RxStamp};
 use crate::config::{ConnectionConfig, TlsConfig};
 use crate::telemetry::names;
 use axum::http::Request;
@@ -362,7 +362,7 @@ async fn serve_connection<I>(
     stop: watch::Receiver<bool>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
 where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    I: AsyncRead + AsyncWrite + Discard + Unpin + Send + 'static,
 {
     // Read until the bytes differ from the preface or all of it is there: an HTTP/1.1
     // request differs by its second byte, so this is one read in practice.
@@ -497,21 +497,31 @@ const LINGER_BYTES: usize = 1 << 20;
 /// do). So the write side is shut (the answer is followed by FIN) and what the client
 /// still sends is read away until it closes, for at most [`LINGER_TIME`] and
 /// [`LINGER_BYTES`]; a reset after that finds the answer long delivered.
-async fn linger<I: AsyncRead + AsyncWrite + Unpin>(mut io: I) {
+async fn linger<I: AsyncWrite + Discard + Unpin>(mut io: I) {
     if io.shutdown().await.is_err() {
         return;
     }
     let mut left = LINGER_BYTES;
-    let mut buf = vec![0u8; 16 << 10];
     let _ = tokio::time::timeout(LINGER_TIME, async {
         while left > 0 {
-            match io.read(&mut buf).await {
+            match std::future::poll_fn(|cx| io.poll_discard(cx, left)).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => left = left.saturating_sub(n),
             }
         }
     })
     .await;
+}
+
+impl<I: Discard + AsyncRead + Unpin> Discard for Rewind<I> {
+    fn poll_discard(&mut self, cx: &mut Context<'_>, max: usize) -> Poll<io::Result<usize>> {
+        let replay = (self.len - self.pos).min(max);
+        if replay > 0 {
+            self.pos += replay;
+            return Poll::Ready(Ok(replay));
+        }
+        self.inner.poll_discard(cx, max)
+    }
 }
 
 /// An I/O that replays the bytes read to tell the protocol before reading on.

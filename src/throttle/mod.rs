@@ -285,3 +285,56 @@ impl Drop for DoneGuard {
         self.admission.freed.notify_one();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn clock() -> Arc<AdmissionClock> {
+        let mut c = ThrottleConfig::default();
+        c.hold.max = Duration::from_secs(30);
+        Arc::new(AdmissionClock::new(Admission::new(&c, 1.0), true))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_refusal_is_answered_early_when_the_core_is_idle_and_not_while_it_is_busy() {
+        let adm = clock();
+        let (_stop, stop_rx) = watch::channel(false);
+        tokio::spawn(release_when_idle(Arc::clone(&adm), stop_rx));
+
+        // Busy: one request in flight on the one core. The refusal stays held.
+        let ticket = adm.inner.admit(adm.now(), crate::admission::Pressure::default()).expect("an idle weir admits");
+        let (hold, guard) = adm.hold().expect("held");
+        assert!(hold >= Duration::from_secs(20), "nothing completed yet: the longest hold, jittered: {hold:?}");
+        assert!(tokio::time::timeout(Duration::from_secs(1), guard.released_early()).await.is_err(), "released while busy");
+
+        // The request ends: within a check or two the refusal is answered.
+        adm.inner.done(ticket, adm.now(), 0.5);
+        let started = tokio::time::Instant::now();
+        tokio::time::timeout(Duration::from_secs(1), guard.released_early()).await.expect("released once idle");
+        assert!(started.elapsed() <= 2 * IDLE_CHECK, "released after {:?}", started.elapsed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn while_nothing_is_admitted_each_check_releases_twice_as_many() {
+        let adm = clock();
+        let guards: Vec<_> = (0..100).map(|_| adm.hold().expect("held").1).collect();
+        let (_stop, stop_rx) = watch::channel(false);
+        tokio::spawn(release_when_idle(Arc::clone(&adm), stop_rx));
+        let released = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        for g in guards {
+            let released = Arc::clone(&released);
+            tokio::spawn(async move {
+                g.released_early().await;
+                released.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            });
+        }
+        // Checks at 0, 10, 20, ... ms release 1, 2, 4, 8, 16, 32, 64 (then 64 each).
+        tokio::time::sleep(IDLE_CHECK * 5 + IDLE_CHECK / 2).await;
+        let n = released.load(std::sync::atomic::Ordering::Relaxed);
+        assert!((31..=63).contains(&n), "{n} released after six checks");
+        tokio::time::sleep(IDLE_CHECK * 2).await;
+        assert_eq!(released.load(std::sync::atomic::Ordering::Relaxed), 100);
+    }
+}
