@@ -76,7 +76,7 @@ fn bench(c: &mut Criterion) {
     // off the request path; what a request pays for the fleet is counting its demand.
     use weir::quota::store::Shared;
     let mut g = c.benchmark_group("quota_check");
-    let local = weir::quota::Gcra::new(1e9, 1000);
+    let local = weir::quota::Gcra::new(1e9, 1000, false);
     let mut t = 0u64;
     g.bench_function("local", |b| {
         b.iter(|| {
@@ -84,7 +84,7 @@ fn bench(c: &mut Criterion) {
             black_box(local.check(black_box(t)))
         })
     });
-    let fleet = weir::quota::Gcra::new(1e9, 1000);
+    let fleet = weir::quota::Gcra::new(1e9, 1000, true);
     fleet.set_share(0.37);
     g.bench_function("fleet_share", |b| {
         b.iter(|| {

@@ -118,6 +118,8 @@ pub struct Admission {
     /// Requests admitted since start.
     admitted_total: std::sync::atomic::AtomicU64,
     state: Mutex<State>,
+    /// `weir_admission_pid_rate`, registered once: the PID update runs on a request's path.
+    pid_gauge: metrics::Gauge,
     /// The knee learner (shared with the sampler, which applies the learned line).
     pub knee: Option<std::sync::Arc<KneeLearner>>,
 }
@@ -154,6 +156,7 @@ impl Admission {
             inflight: AtomicI64::new(0),
             waiting: AtomicI64::new(0),
             admitted_total: std::sync::atomic::AtomicU64::new(0),
+            pid_gauge: metrics::gauge!(crate::telemetry::names::PID_RATE),
             state: Mutex::new(State {
                 // Arrivals: 5 s in 50 buckets (seed 000); pass and RT: the BBR window.
                 arrival: RollingWindow::new(50, SEC / 10),
@@ -342,7 +345,7 @@ impl Admission {
                 st.pid_at = now;
                 let passing = st.recent_pass.max_sum(now) * st.recent_pass.buckets_per_second();
                 let rate = st.pid.update(&cfg.pid, p.cpu, dt, passing);
-                metrics::gauge!(crate::telemetry::names::PID_RATE).set(rate.unwrap_or(0.0));
+                self.pid_gauge.set(rate.unwrap_or(0.0));
             }
             if let Some(rate) = st.pid.rate() {
                 let elapsed = now.saturating_sub(st.pid_refill) as f64 / 1e9;

@@ -25,23 +25,62 @@ pub struct Gcra {
     tolerance: AtomicU64,
     /// Theoretical arrival time, nanoseconds since the limiter's origin.
     tat: AtomicU64,
-    /// Requests offered since the fleet sync last looked (refused ones included).
+    /// Requests offered (refused ones included) and this replica's share.
+    fleet: FleetShare,
+}
+
+/// What a fleet's sync reads and sets on a limiter ([`store`]): the demand offered since
+/// it last looked, and this replica's share of the quota (1.0 without a fleet). Without a
+/// quota store nothing is counted: the count is a relaxed add on a counter that every
+/// core serving a hot tenant contends for.
+#[derive(Debug)]
+struct FleetShare {
+    counted: bool,
     offered: AtomicU64,
-    /// This replica's share of the quota (f64 bits; 1.0 without a fleet).
+    /// f64 bits.
     share: AtomicU64,
 }
 
+impl FleetShare {
+    fn new(counted: bool) -> Self {
+        FleetShare { counted, offered: AtomicU64::new(0), share: AtomicU64::new(1f64.to_bits()) }
+    }
+
+    #[inline]
+    fn offer(&self, n: u64) {
+        if self.counted {
+            self.offered.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    fn take(&self) -> u64 {
+        self.offered.swap(0, Ordering::Relaxed)
+    }
+
+    fn get(&self) -> f64 {
+        f64::from_bits(self.share.load(Ordering::Relaxed))
+    }
+
+    /// Stores `share` kept within (0, 1] (a zero, negative or broken share would make a
+    /// rate zero and an interval infinite) and returns what was stored.
+    fn set(&self, share: f64) -> f64 {
+        let share = if share.is_finite() { share.clamp(1e-6, 1.0) } else { 1.0 };
+        self.share.store(share.to_bits(), Ordering::Relaxed);
+        share
+    }
+}
+
 impl Gcra {
-    /// `rate` requests per second (> 0), bursts of `burst` (≥ 1).
-    pub fn new(rate: f64, burst: u32) -> Self {
+    /// `rate` requests per second (> 0), bursts of `burst` (≥ 1); `fleet`: a quota store
+    /// shares it, so its demand is counted.
+    pub fn new(rate: f64, burst: u32, fleet: bool) -> Self {
         let g = Gcra {
             rate,
             burst,
             emission: AtomicU64::new(0),
             tolerance: AtomicU64::new(0),
             tat: AtomicU64::new(0),
-            offered: AtomicU64::new(0),
-            share: AtomicU64::new(0),
+            fleet: FleetShare::new(fleet),
         };
         g.set_share(1.0);
         g
@@ -49,7 +88,7 @@ impl Gcra {
 
     /// Takes one request at `now` (ns); `Err(wait)` is the exact time until it would conform.
     pub fn check(&self, now: u64) -> Result<(), Duration> {
-        self.offered.fetch_add(1, Ordering::Relaxed);
+        self.fleet.offer(1);
         let emission = self.emission.load(Ordering::Relaxed);
         let tolerance = self.tolerance.load(Ordering::Relaxed);
         let mut tat = self.tat.load(Ordering::Relaxed);
@@ -69,22 +108,20 @@ impl Gcra {
 
 impl Shared for Gcra {
     fn take_offered(&self) -> u64 {
-        self.offered.swap(0, Ordering::Relaxed)
+        self.fleet.take()
     }
 
     fn share(&self) -> f64 {
-        f64::from_bits(self.share.load(Ordering::Relaxed))
+        self.fleet.get()
     }
 
     /// The rate and the burst both scale with the share; a burst never below one request.
-    /// A share is kept within (0, 1], so the emission interval stays finite.
     fn set_share(&self, share: f64) {
-        let share = if share.is_finite() { share.clamp(1e-6, 1.0) } else { 1.0 };
+        let share = self.fleet.set(share);
         let emission = (1e9 / (self.rate * share)).max(1.0) as u64;
         let burst = (f64::from(self.burst) * share).round().max(1.0) as u64;
         self.emission.store(emission, Ordering::Relaxed);
         self.tolerance.store(emission.saturating_mul(burst), Ordering::Relaxed);
-        self.share.store(share.to_bits(), Ordering::Relaxed);
     }
 }
 
@@ -96,24 +133,18 @@ pub struct ItemBucket {
     base: f64,
     /// (tokens, last refill ns, rate in force: `base` × share).
     state: std::sync::Mutex<(f64, u64, f64)>,
-    offered: AtomicU64,
-    share: AtomicU64,
+    fleet: FleetShare,
 }
 
 impl ItemBucket {
-    /// `rate` items per second, starting full.
-    pub fn new(rate: f64) -> Self {
-        ItemBucket {
-            base: rate,
-            state: std::sync::Mutex::new((rate, 0, rate)),
-            offered: AtomicU64::new(0),
-            share: AtomicU64::new(1f64.to_bits()),
-        }
+    /// `rate` items per second, starting full; `fleet` as for [`Gcra::new`].
+    pub fn new(rate: f64, fleet: bool) -> Self {
+        ItemBucket { base: rate, state: std::sync::Mutex::new((rate, 0, rate)), fleet: FleetShare::new(fleet) }
     }
 
     /// Takes up to `n` items at `now` (ns); returns how many were granted.
     pub fn take(&self, now: u64, n: usize) -> usize {
-        self.offered.fetch_add(n as u64, Ordering::Relaxed);
+        self.fleet.offer(n as u64);
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (tokens, last, rate) = *st;
         let refilled = (tokens + now.saturating_sub(last) as f64 / 1e9 * rate).min(rate);
@@ -125,19 +156,18 @@ impl ItemBucket {
 
 impl Shared for ItemBucket {
     fn take_offered(&self) -> u64 {
-        self.offered.swap(0, Ordering::Relaxed)
+        self.fleet.take()
     }
 
     fn share(&self) -> f64 {
-        f64::from_bits(self.share.load(Ordering::Relaxed))
+        self.fleet.get()
     }
 
     fn set_share(&self, share: f64) {
-        let share = if share.is_finite() { share.clamp(1e-6, 1.0) } else { 1.0 };
+        let share = self.fleet.set(share);
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.2 = self.base * share;
         st.0 = st.0.min(st.2);
-        self.share.store(share.to_bits(), Ordering::Relaxed);
     }
 }
 
@@ -173,6 +203,7 @@ impl Quotas {
     /// New quotas from `auth`, reusing `old`'s limiters (and their state) for tenants
     /// whose rate and burst did not change.
     pub fn reloaded(old: &Quotas, auth: &crate::config::AuthConfig) -> Self {
+        let fleet = auth.quota_store.is_some();
         let by_tenant = auth
             .tenants
             .iter()
@@ -183,11 +214,11 @@ impl Quotas {
                     Some((k, g)) if *k == key => std::sync::Arc::clone(g),
                     // A changed quota keeps the fleet share its limiter had.
                     Some((_, g)) => {
-                        let new = Gcra::new(r.requests_per_second, r.burst);
+                        let new = Gcra::new(r.requests_per_second, r.burst, fleet);
                         new.set_share(g.share());
                         std::sync::Arc::new(new)
                     }
-                    None => std::sync::Arc::new(Gcra::new(r.requests_per_second, r.burst)),
+                    None => std::sync::Arc::new(Gcra::new(r.requests_per_second, r.burst, fleet)),
                 };
                 Some((t.clone(), (key, gcra)))
             })
@@ -199,11 +230,11 @@ impl Quotas {
                 let bucket = match old.items.get(&key) {
                     Some((r, b)) if *r == rate.to_bits() => std::sync::Arc::clone(b),
                     Some((_, b)) => {
-                        let new = ItemBucket::new(rate);
+                        let new = ItemBucket::new(rate, fleet);
                         new.set_share(b.share());
                         std::sync::Arc::new(new)
                     }
-                    None => std::sync::Arc::new(ItemBucket::new(rate)),
+                    None => std::sync::Arc::new(ItemBucket::new(rate, fleet)),
                 };
                 items.insert(key, (rate.to_bits(), bucket));
             }
@@ -252,7 +283,7 @@ mod tests {
 
     #[test]
     fn bursts_then_rate_with_exact_wait() {
-        let g = Gcra::new(2.0, 3);
+        let g = Gcra::new(2.0, 3, false);
         assert!(g.check(0).is_ok());
         assert!(g.check(0).is_ok());
         assert!(g.check(0).is_ok());
@@ -270,7 +301,7 @@ mod tests {
 
     #[test]
     fn item_bucket_grants_part_of_a_request() {
-        let b = ItemBucket::new(100.0);
+        let b = ItemBucket::new(100.0, false);
         assert_eq!(b.take(0, 60), 60);
         assert_eq!(b.take(0, 60), 40, "the rest of the second's worth");
         assert_eq!(b.take(0, 10), 0);
@@ -280,7 +311,7 @@ mod tests {
 
     #[test]
     fn a_share_scales_rate_and_burst() {
-        let g = Gcra::new(100.0, 10);
+        let g = Gcra::new(100.0, 10, true);
         g.set_share(0.2);
         // 20/s with bursts of 2.
         assert!(g.check(0).is_ok() && g.check(0).is_ok());
@@ -289,7 +320,7 @@ mod tests {
         assert!((199..=201).contains(&passed), "{passed} in 10 s at a 0.2 share of 100/s");
         assert_eq!(g.take_offered(), 1003);
         assert_eq!(g.take_offered(), 0);
-        let b = ItemBucket::new(100.0);
+        let b = ItemBucket::new(100.0, true);
         b.set_share(0.5);
         assert_eq!(b.take(0, 80), 50, "the bank shrinks with the share");
         assert_eq!(b.take(S, 80), 50);
@@ -302,8 +333,17 @@ mod tests {
     }
 
     #[test]
+    fn without_a_quota_store_no_demand_is_counted() {
+        let (g, b) = (Gcra::new(100.0, 10, false), ItemBucket::new(100.0, false));
+        for i in 0..10 {
+            let _ = (g.check(i * S), b.take(i * S, 5));
+        }
+        assert_eq!((g.take_offered(), b.take_offered()), (0, 0));
+    }
+
+    #[test]
     fn sustained_rate_matches_the_quota() {
-        let g = Gcra::new(10.0, 1);
+        let g = Gcra::new(10.0, 1, false);
         let passed = (0..1000u64).filter(|i| g.check(i * S / 100).is_ok()).count();
         // 10 s at 100 offered/s, quota 10/s: about 100 pass.
         assert!((99..=101).contains(&passed), "{passed}");
