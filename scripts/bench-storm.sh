@@ -8,13 +8,17 @@
 # Environment: PHASE (default 15s), OUT (default bench/results/<date>/storm), RUNS (a
 # subset of: http-once h2c-once grpc-once http-respect open-loop), WEIR and LOADGEN
 # (prebuilt binaries, e.g. an older weir for a before/after run), LABEL (what the report
-# calls the weir measured; default the checkout's commit). About 10 minutes.
+# calls the weir measured; default the checkout's commit), PASSES (default 1: how many
+# times each pair runs; with more, the report gives the median of each figure and the
+# range of D / A, since single runs on a small shared machine move by a fifth). About 10
+# minutes per pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PHASE=${PHASE:-15s}
 OUT=${OUT:-bench/results/$(date +%Y-%m-%d)/storm}
 RUNS=${RUNS:-http-once h2c-once grpc-once http-respect open-loop}
+PASSES=${PASSES:-1}
 mkdir -p "$OUT"
 if [ -z "${WEIR:-}" ] || [ -z "${LOADGEN:-}" ]; then
   cargo build --release -q -p weir -p loadgen --bins
@@ -22,7 +26,10 @@ fi
 export WEIR=${WEIR:-target/release/weir} LOADGEN=${LOADGEN:-target/release/loadgen} PHASE
 
 # SUMMARY_ONLY=1: only write storm.md from the runs already in OUT.
+for pass in $(seq 1 "$PASSES"); do
 for run in $([ -n "${SUMMARY_ONLY:-}" ] || echo "$RUNS"); do
+  # One pass writes OUT/<run>/, several OUT/<run>/pass-<n>/.
+  dir="$OUT/$run"; [ "$PASSES" -gt 1 ] && dir="$OUT/$run/pass-$pass"
   case $run in
     http-once) PROTOCOL=http EXTRA="" ;;
     h2c-once) PROTOCOL=h2c EXTRA="" ;;
@@ -33,10 +40,11 @@ for run in $([ -n "${SUMMARY_ONLY:-}" ] || echo "$RUNS"); do
   esac
   if [ "$run" = open-loop ]; then
     # 150 requests/s: no refusal with the throttle off; 1500/s: ten times that.
-    RATE_LOW=150 RATE_HIGH=1500 PROTOCOL=$PROTOCOL EXTRA=$EXTRA SCENARIOS="A D" OUT="$OUT/$run" bash scripts/bench-scenarios.sh
+    RATE_LOW=150 RATE_HIGH=1500 PROTOCOL=$PROTOCOL EXTRA=$EXTRA SCENARIOS="A D" OUT="$dir" bash scripts/bench-scenarios.sh
   else
-    PROTOCOL=$PROTOCOL EXTRA=$EXTRA SCENARIOS="A D" OUT="$OUT/$run" bash scripts/bench-scenarios.sh
+    PROTOCOL=$PROTOCOL EXTRA=$EXTRA SCENARIOS="A D" OUT="$dir" bash scripts/bench-scenarios.sh
   fi
+done
 done
 
 python3 - "$OUT" "$PHASE" "$("$WEIR" --version 2>/dev/null || true)" "${LABEL:-$(git rev-parse --short HEAD)}" $RUNS <<'PY'
@@ -55,24 +63,46 @@ lines = ["# Goodput under refusal storms", "",
          "(warmup c/5 x 128 spans x 128 B, burst c x 512 x 1 KiB, bigpayload c x 128 x 4 KiB). A: throttle off, c=2. D: throttle on, c=512. "
          "Requests still unanswered when a phase ends are cancelled and not counted. `P99 after 2 s` leaves out requests sent in a phase's "
          "first two seconds, when all of its connections open at once.", ""]
+import glob, statistics
+med = lambda xs: statistics.median(xs) if xs else None
 for run in runs:
-    try:
-        a = json.load(open(os.path.join(out, run, "A.json")))
-        d = json.load(open(os.path.join(out, run, "D.json")))
-        dcg = json.load(open(os.path.join(out, run, "D.cgroup.json")))
-    except FileNotFoundError:
+    # One pass: OUT/<run>/; several: OUT/<run>/pass-<n>/.
+    dirs = sorted(glob.glob(os.path.join(out, run, "pass-*"))) or [os.path.join(out, run)]
+    passes = []
+    for dd in dirs:
+        try:
+            passes.append((json.load(open(os.path.join(dd, "A.json"))), json.load(open(os.path.join(dd, "D.json"))),
+                           json.load(open(os.path.join(dd, "D.cgroup.json")))))
+        except FileNotFoundError:
+            pass
+    if not passes:
         continue
-    lines += [f"## {run}: {what.get(run, run)}", "",
-              "| phase | A accepted spans/s | D accepted spans/s | D / A | A P99 ms | D P99 ms | D / A | A P99 after 2 s | D P99 after 2 s | D / A | D refused | D errors |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for pa, pd in zip(a["phases"], d["phases"]):
+    n = len(passes)
+    lines += [f"## {run}: {what.get(run, run)}", ""]
+    if n > 1:
+        lines += [f"{n} passes, A and D run one after the other in each; every figure is the median over the passes, "
+                  "and `D / A range` the lowest and highest of the per-pass ratios.", ""]
+    lines += ["| phase | A accepted spans/s | D accepted spans/s | D / A | " + ("D / A range | " if n > 1 else "") +
+              "A P99 ms | D P99 ms | D / A | A P99 after 2 s | D P99 after 2 s | D / A | D refused | D errors |",
+              "|---|---|---|---|" + ("---|" if n > 1 else "") + "---|---|---|---|---|---|---|---|"]
+    for i, phase in enumerate(p["phase"] for p in passes[0][1]["phases"]):
+        pa = [a["phases"][i] for a, _, _ in passes]
+        pd = [d["phases"][i] for _, d, _ in passes]
+        get = lambda ps, k: [x[k] for x in ps if x.get(k) is not None]
+        a_acc, d_acc = med(get(pa, "accepted_spans_per_s")), med(get(pd, "accepted_spans_per_s"))
+        ratios = [y["accepted_spans_per_s"] / max(1, x["accepted_spans_per_s"]) for x, y in zip(pa, pd)]
+        p99 = [med(get(ps, k)) for ps in (pa, pd) for k in ("p99_ms", "p99_settled_ms")]
         ratio = lambda x, y: "-" if not x or y is None else f"{y / x:.2f}"
-        c = pd["counts"]
-        lines.append(f"| {pd['phase']} | {pa['accepted_spans_per_s']:.0f} | {pd['accepted_spans_per_s']:.0f} | "
-                     f"{100 * pd['accepted_spans_per_s'] / max(1, pa['accepted_spans_per_s']):.0f}% | {ms(pa['p99_ms'])} | {ms(pd['p99_ms'])} | "
-                     f"{ratio(pa['p99_ms'], pd['p99_ms'])} | {ms(pa.get('p99_settled_ms'))} | {ms(pd.get('p99_settled_ms'))} | "
-                     f"{ratio(pa.get('p99_settled_ms'), pd.get('p99_settled_ms'))} | {c['status_429'] + c['status_503']} | {c['transport_errors'] + c['other']} |")
-    lines += ["", f"D: {dcg['oom_kills']} OOM kills, {dcg['restarts']} restarts, memory peak {int(dcg['peak_mem_bytes']) // 1048576} MiB.", ""]
+        refused = med([x["counts"]["status_429"] + x["counts"]["status_503"] for x in pd])
+        errors = med([x["counts"]["transport_errors"] + x["counts"]["other"] for x in pd])
+        lines.append(f"| {phase} | {a_acc:.0f} | {d_acc:.0f} | {100 * med(ratios):.0f}% | " +
+                     (f"{100 * min(ratios):.0f}-{100 * max(ratios):.0f}% | " if n > 1 else "") +
+                     f"{ms(p99[0])} | {ms(p99[2])} | {ratio(p99[0], p99[2])} | {ms(p99[1])} | {ms(p99[3])} | {ratio(p99[1], p99[3])} | "
+                     f"{refused:.0f} | {errors:.0f} |")
+    ooms = sum(c["oom_kills"] for _, _, c in passes)
+    restarts = sum(c["restarts"] for _, _, c in passes)
+    peak = max(int(c["peak_mem_bytes"]) for _, _, c in passes) // 1048576
+    lines += ["", f"D: {ooms} OOM kills, {restarts} restarts, memory peak {peak} MiB" + (f" (over {n} passes)." if n > 1 else "."), ""]
 open(os.path.join(out, "storm.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
