@@ -350,10 +350,10 @@ async fn stop_signal(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// Serves one connection, HTTP/2 if it opens with the client preface, else HTTP/1.1.
 /// hyper's largest HTTP/1.1 read buffer (its least is 8 KiB).
 const HTTP1_MAX_BUF: usize = 64 * 1024;
 
+/// Serves one connection, HTTP/2 if it opens with the client preface, else HTTP/1.1.
 async fn serve_connection<I>(
     mut io: I,
     app: Router,
