@@ -145,7 +145,7 @@ impl ThrottleLayer {
     fn refused_by(&self, req: Request<Body>, signal: Option<Signal>, layer: AdmissionLayer) -> Result<Response<Body>, drain::Draining> {
         self.counters.count_layer(signal, layer);
         let retry_after = self.manager.config().retry_after.min;
-        self.answer(req, retry_after, |retry_after| ApiError::Admission {
+        self.answer(req, retry_after, move |retry_after| ApiError::Admission {
             message: format!(
                 "overloaded: refused by {} for {}; retry after {}.{}s",
                 layer.as_str(),
@@ -160,7 +160,7 @@ impl ThrottleLayer {
 
     /// Answers a request the pipeline has no room for (see [`ThrottleLayer::queue_refusal`]).
     fn queue_full(&self, req: Request<Body>, retry_after: std::time::Duration) -> Result<Response<Body>, drain::Draining> {
-        self.answer(req, retry_after, |retry_after| ApiError::QueueFull {
+        self.answer(req, retry_after, move |retry_after| ApiError::QueueFull {
             message: "pipeline queue is full; retry later".into(),
             retry_after,
         })
@@ -171,11 +171,11 @@ impl ThrottleLayer {
         &self,
         req: Request<Body>,
         signal: Option<Signal>,
-        what: &str,
+        what: &'static str,
         retry_after: std::time::Duration,
         open: bool,
     ) -> Result<Response<Body>, drain::Draining> {
-        self.answer(req, retry_after, |retry_after| ApiError::Throttled {
+        self.answer(req, retry_after, move |retry_after| ApiError::Throttled {
             // Integer formatting: a float's costs more than the rest of the message.
             message: format!(
                 "{what} for {}; retry after {}.{}s",
@@ -190,14 +190,16 @@ impl ThrottleLayer {
 
     /// Answers a refusal whose client should wait `retry_after`: held (see [`held`]), or
     /// at once. `err` makes the answer from the delay to announce: a held client has
-    /// already waited out the hold, so it is told the rest (a client that honours it
+    /// already waited out its hold, so it is told the rest (a client that honours it
     /// waits about as long in all as without the hold; told the whole delay, it waited
-    /// for both, and such clients lost a tenth of their accepted rate).
+    /// for both, and such clients lost a tenth of their accepted rate). The rest is
+    /// reckoned from the time actually held, which is shorter than planned when a free
+    /// core answers it early.
     fn answer(
         &self,
         req: Request<Body>,
         retry_after: std::time::Duration,
-        err: impl FnOnce(std::time::Duration) -> ApiError,
+        err: impl FnOnce(std::time::Duration) -> ApiError + Send + 'static,
     ) -> Result<Response<Body>, drain::Draining> {
         // A held refusal keeps its connection and buffers: with memory above its enter
         // line, refusals are answered at once (an open-loop flood held thousands of them
@@ -206,15 +208,18 @@ impl ThrottleLayer {
         // the spinning back (HTTP/1.1 burst 100% -> 79% of A).
         crate::receiver::h2conn::discard_unread(req.extensions());
         let hold = if self.manager.memory_above_enter() { None } else { self.admission.hold() };
-        let announced = retry_after.saturating_sub(hold.as_ref().map_or(std::time::Duration::ZERO, |(d, _)| *d));
-        let resp = crate::receiver::middleware::reject_counted(self.kind, &req, err(announced));
         if let Some((hold, guard)) = hold {
             // Paused now, before hyper's next read could take more of the body.
             let pause = (req.version() < axum::http::Version::HTTP_2)
                 .then(|| req.extensions().get::<crate::receiver::rxstamp::RxStamp>().map(|s| s.pause_reads()))
                 .flatten();
-            return Err(Box::pin(held(req, resp, hold, guard, pause)));
+            let kind = self.kind;
+            let answer = move |req: &Request<Body>, held: std::time::Duration| {
+                crate::receiver::middleware::reject_counted(kind, req, err(retry_after.saturating_sub(held)))
+            };
+            return Err(Box::pin(held(req, answer, hold, guard, pause)));
         }
+        let resp = crate::receiver::middleware::reject_counted(self.kind, &req, err(retry_after));
         // Nothing of the body is decompressed or decoded; over HTTP/1.1 a modest one is
         // read away so the connection survives (see `middleware::drain`).
         drain::finish(req, resp)
@@ -314,19 +319,24 @@ where
 /// body ahead into memory; paused, it stays in the kernel.
 async fn held(
     req: Request<Body>,
-    resp: Response<Body>,
+    answer: impl FnOnce(&Request<Body>, std::time::Duration) -> Response<Body>,
     hold: std::time::Duration,
     guard: super::HeldGuard,
     pause: Option<crate::receiver::rxstamp::ReadPause>,
 ) -> Response<Body> {
-    let req = (req.version() < axum::http::Version::HTTP_2).then_some(req);
+    let started = tokio::time::Instant::now();
+    // HTTP/2: the body goes now; the head stays to shape the answer.
+    let req = if req.version() < axum::http::Version::HTTP_2 { req } else { req.map(|_| Body::empty()) };
     tokio::select! {
         _ = tokio::time::sleep(hold) => {}
         _ = guard.released_early() => {}
     }
     drop(guard);
     drop(pause);
-    let Some(req) = req else { return resp };
+    let resp = answer(&req, started.elapsed());
+    if req.version() >= axum::http::Version::HTTP_2 {
+        return resp;
+    }
     match drain::finish_held(req, resp) {
         Ok(resp) => resp,
         Err(draining) => draining.await,
