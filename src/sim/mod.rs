@@ -268,7 +268,7 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
         (0..s.retry_at_once_clients.unwrap_or(0)).map(|c| std::cmp::Reverse((TICK_NS, c))).collect();
     let mut held: VecDeque<(u64, usize)> = VecDeque::new();
     let mut arriving: Vec<Option<usize>> = Vec::new();
-    let (mut last_admitted, mut release) = (0u64, 1usize);
+    let (mut last_admitted, mut release) = (0u64, crate::throttle::IdleRelease::default());
     let (mut refusal_debt, mut refusing_ticks, mut busy_ticks) = (0.0f64, 0.0f64, 0.0f64);
     // A refusal: its CPU, and its client's return, at once or after the hold (kept in
     // release order: holds only grow with the number held, so a FIFO stays sorted
@@ -407,13 +407,10 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                 let admitted = admission.admitted_total();
                 let quiet = admitted == last_admitted;
                 last_admitted = admitted;
-                if queue.is_empty() && !held.is_empty() {
-                    for _ in 0..release.min(held.len()) {
-                        let Some((_, c)) = held.pop_front() else { break };
-                        clients.push(std::cmp::Reverse((now + TICK_NS, c)));
-                    }
+                for _ in 0..release.step(queue.is_empty() && !held.is_empty(), quiet).min(held.len()) {
+                    let Some((_, c)) = held.pop_front() else { break };
+                    clients.push(std::cmp::Reverse((now + TICK_NS, c)));
                 }
-                release = if quiet && queue.is_empty() && !held.is_empty() { (release * 2).min(64) } else { 1 };
             }
             while downstream.front().is_some_and(|(t, _)| *t <= now) {
                 let Some((_, job)) = downstream.pop_front() else { break };

@@ -218,10 +218,7 @@ const IDLE_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
 /// a client that retries at once finds the core free; one that honours Retry-After is
 /// told what is left of its delay as before.
 async fn release_when_idle(admission: Arc<AdmissionClock>, mut stop: watch::Receiver<bool>) {
-    // The longest-held are often clients that have gone away (they are answered first):
-    // while nothing is admitted, more are released at each check until one takes the core.
-    const MAX_RELEASE: usize = 64;
-    let mut release = 1;
+    let mut release = IdleRelease::default();
     let mut last_admitted = admission.inner.admitted_total();
     let mut tick = tokio::time::interval(IDLE_CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -235,13 +232,38 @@ async fn release_when_idle(admission: Arc<AdmissionClock>, mut stop: watch::Rece
         let quiet = admitted == last_admitted;
         last_admitted = admitted;
         let held = admission.held.load(std::sync::atomic::Ordering::Acquire);
-        let idle = held > 0 && admission.inner.core_idle();
-        if idle {
-            for _ in 0..release.min(held) {
-                admission.idle.notify_one();
-            }
+        for _ in 0..release.step(held > 0 && admission.inner.core_idle(), quiet).min(held) {
+            admission.idle.notify_one();
         }
-        release = if idle && quiet { (release * 2).min(MAX_RELEASE) } else { 1 };
+    }
+}
+
+/// The idle release's rule, one check at a time (shared with the simulator): answer one
+/// held refusal at a check that finds a core free, and twice as many at each next one
+/// while nothing is admitted in between, at most [`IdleRelease::MAX`]. The longest-held
+/// are often clients that have gone away (they are answered first): while nothing is
+/// admitted, more are released until one takes the core.
+#[derive(Debug, Clone, Copy)]
+pub struct IdleRelease {
+    next: usize,
+}
+
+impl Default for IdleRelease {
+    fn default() -> Self {
+        IdleRelease { next: 1 }
+    }
+}
+
+impl IdleRelease {
+    /// The most released at one check.
+    pub const MAX: usize = 64;
+
+    /// How many held refusals to answer at this check: `idle`, a core is free and some
+    /// are held; `quiet`, nothing was admitted since the last check.
+    pub fn step(&mut self, idle: bool, quiet: bool) -> usize {
+        let n = if idle { self.next } else { 0 };
+        self.next = if idle && quiet { (self.next * 2).min(Self::MAX) } else { 1 };
+        n
     }
 }
 
