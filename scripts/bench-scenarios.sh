@@ -126,6 +126,8 @@ run_scenario() { # name throttle(true|false) concurrency [rate]
   wait "$sup" 2>/dev/null || true
   local cpu_peak
   cpu_peak=$(sort -n "$WORK/cpu-$name.txt" | tail -1 | awk '{print $1}')
+  # Per second from loadgen's start: weir's CPU (per cent of one core) and memory.
+  cp "$WORK/cpu-$name.txt" "$OUT/$name.cpu.txt"
   echo "{\"oom_kills\": ${oom:-0}, \"restarts\": $(cat "$WORK/restarts-$name"), \"peak_mem_bytes\": ${peak:-0}, \"cpu_peak_pct\": ${cpu_peak:-0}, \"throttle\": $throttle, \"c\": $c, \"rate\": ${rate:-0}}" > "$OUT/$name.cgroup.json"
   scripts/run-in-cgroup.sh --remove "weir-bench-$$"
   sleep 1

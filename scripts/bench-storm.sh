@@ -38,11 +38,14 @@ for run in $([ -n "${SUMMARY_ONLY:-}" ] || echo "$RUNS"); do
     open-loop) PROTOCOL=http EXTRA="" ;;
     *) echo "unknown run $run" >&2; exit 2 ;;
   esac
+  # Odd passes run A first, even passes D first: the machine's speed drifts over minutes,
+  # and always running one of them first would tilt every pair the same way.
+  order="A D"; [ $((pass % 2)) -eq 0 ] && order="D A"
   if [ "$run" = open-loop ]; then
     # 150 requests/s: no refusal with the throttle off; 1500/s: ten times that.
-    RATE_LOW=150 RATE_HIGH=1500 PROTOCOL=$PROTOCOL EXTRA=$EXTRA SCENARIOS="A D" OUT="$dir" bash scripts/bench-scenarios.sh
+    RATE_LOW=150 RATE_HIGH=1500 PROTOCOL=$PROTOCOL EXTRA=$EXTRA SCENARIOS="$order" OUT="$dir" bash scripts/bench-scenarios.sh
   else
-    PROTOCOL=$PROTOCOL EXTRA=$EXTRA SCENARIOS="A D" OUT="$dir" bash scripts/bench-scenarios.sh
+    PROTOCOL=$PROTOCOL EXTRA=$EXTRA SCENARIOS="$order" OUT="$dir" bash scripts/bench-scenarios.sh
   fi
 done
 done
@@ -65,6 +68,17 @@ lines = ["# Goodput under refusal storms", "",
          "first two seconds, when all of its connections open at once.", ""]
 import glob, statistics
 med = lambda xs: statistics.median(xs) if xs else None
+secs = int(phase.rstrip("s")) if phase.rstrip("s").isdigit() else None
+def phase_cpu(dd, who, i):
+    """weir's mean CPU (cores) over phase i, leaving out its first and last second."""
+    try:
+        pct = [int(l.split()[0]) for l in open(os.path.join(dd, f"{who}.cpu.txt")) if l.strip()]
+    except (FileNotFoundError, ValueError):
+        return None
+    if not secs:
+        return None
+    part = pct[i * secs + 1:(i + 1) * secs - 1]
+    return sum(part) / len(part) / 100 if part else None
 for run in runs:
     # One pass: OUT/<run>/; several: OUT/<run>/pass-<n>/.
     dirs = sorted(glob.glob(os.path.join(out, run, "pass-*"))) or [os.path.join(out, run)]
@@ -80,11 +94,12 @@ for run in runs:
     n = len(passes)
     lines += [f"## {run}: {what.get(run, run)}", ""]
     if n > 1:
-        lines += [f"{n} passes, A and D run one after the other in each; every figure is the median over the passes, "
-                  "and `D / A range` the lowest and highest of the per-pass ratios.", ""]
-    lines += ["| phase | A accepted spans/s | D accepted spans/s | D / A | " + ("D / A range | " if n > 1 else "") +
-              "A P99 ms | D P99 ms | D / A | A P99 after 2 s | D P99 after 2 s | D / A | D refused | D errors |",
-              "|---|---|---|---|" + ("---|" if n > 1 else "") + "---|---|---|---|---|---|---|---|"]
+        lines += [f"{n} passes, A and D run one after the other in each (A first in odd passes, D first in even ones); "
+                  "every figure is the median over the passes, `D / A` the median of the per-pass ratios, `range` the lowest and "
+                  "highest of them, and `pooled` D's accepted spans over all passes divided by A's.", ""]
+    lines += ["| phase | A accepted spans/s | D accepted spans/s | D / A | " + ("range | pooled | " if n > 1 else "") +
+              "A P99 ms | D P99 ms | D / A | A P99 after 2 s | D P99 after 2 s | D / A | D refused | D errors | weir CPU A / D |",
+              "|---|---|---|---|" + ("---|---|" if n > 1 else "") + "---|---|---|---|---|---|---|---|---|"]
     for i, phase in enumerate(p["phase"] for p in passes[0][1]["phases"]):
         pa = [a["phases"][i] for a, _, _ in passes]
         pd = [d["phases"][i] for _, d, _ in passes]
@@ -95,10 +110,13 @@ for run in runs:
         ratio = lambda x, y: "-" if not x or y is None else f"{y / x:.2f}"
         refused = med([x["counts"]["status_429"] + x["counts"]["status_503"] for x in pd])
         errors = med([x["counts"]["transport_errors"] + x["counts"]["other"] for x in pd])
+        pooled = sum(y["accepted_spans_per_s"] for y in pd) / max(1, sum(x["accepted_spans_per_s"] for x in pa))
+        cores = [med([c for c in (phase_cpu(dd, who, i) for dd in dirs) if c is not None]) for who in ("A", "D")]
+        cpu = "/".join("-" if c is None else f"{c:.2f}" for c in cores)
         lines.append(f"| {phase} | {a_acc:.0f} | {d_acc:.0f} | {100 * med(ratios):.0f}% | " +
-                     (f"{100 * min(ratios):.0f}-{100 * max(ratios):.0f}% | " if n > 1 else "") +
+                     (f"{100 * min(ratios):.0f}-{100 * max(ratios):.0f}% | {100 * pooled:.0f}% | " if n > 1 else "") +
                      f"{ms(p99[0])} | {ms(p99[2])} | {ratio(p99[0], p99[2])} | {ms(p99[1])} | {ms(p99[3])} | {ratio(p99[1], p99[3])} | "
-                     f"{refused:.0f} | {errors:.0f} |")
+                     f"{refused:.0f} | {errors:.0f} | {cpu} |")
     ooms = sum(c["oom_kills"] for _, _, c in passes)
     restarts = sum(c["restarts"] for _, _, c in passes)
     peak = max(int(c["peak_mem_bytes"]) for _, _, c in passes) // 1048576

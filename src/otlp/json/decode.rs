@@ -8,6 +8,7 @@
 //! (`resourceSpans[0].scopeSpans[1].spans[7].traceId: expected 32 hex characters`).
 //! Nothing is dropped silently. The path is only rendered when an error occurs.
 
+use super::tree::{Key, Value};
 use crate::signal::{Payload, Signal};
 use base64::Engine;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -24,7 +25,6 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::profiles::v1development as prof;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{span, status, ResourceSpans, ScopeSpans, Span, Status};
-use serde_json::{Map, Value};
 use std::fmt;
 
 /// A decoding error with the path to the value that caused it.
@@ -91,7 +91,7 @@ pub fn decode(signal: Signal, body: &[u8]) -> R<Payload> {
             Signal::Profiles => Payload::Profiles(Default::default()),
         });
     }
-    let value: Value = serde_json::from_slice(body).map_err(|e| root.err(format!("invalid JSON: {e}")))?;
+    let value = Value::parse(body).map_err(|e| root.err(format!("invalid JSON: {e}")))?;
     let obj = object(&value, &root)?;
     Ok(match signal {
         Signal::Traces => {
@@ -139,7 +139,7 @@ pub fn decode(signal: Signal, body: &[u8]) -> R<Payload> {
 
 // ---- primitives ----
 
-fn object<'v>(v: &'v Value, p: &Path) -> R<&'v Map<String, Value>> {
+fn object<'v, 'a>(v: &'v Value<'a>, p: &Path) -> R<&'v [(Key<'a>, Value<'a>)]> {
     v.as_object().ok_or_else(|| p.err(format!("expected an object, got {}", kind(v))))
 }
 
@@ -175,7 +175,7 @@ fn opt<T>(v: &Value, p: &Path, f: impl Fn(&Value, &Path) -> R<T>) -> R<Option<T>
 fn string(v: &Value, p: &Path) -> R<String> {
     match v {
         Value::Null => Ok(String::new()),
-        Value::String(s) => Ok(s.clone()),
+        Value::String(s) => Ok(String::from(&**s)),
         other => Err(p.err(format!("expected a string, got {}", kind(other)))),
     }
 }
@@ -223,7 +223,7 @@ fn f64v(v: &Value, p: &Path) -> R<f64> {
     match v {
         Value::Null => Ok(0.0),
         Value::Number(n) => n.as_f64().ok_or_else(|| p.err("number is not representable as a double")),
-        Value::String(s) => match s.as_str() {
+        Value::String(s) => match &**s {
             "NaN" => Ok(f64::NAN),
             "Infinity" => Ok(f64::INFINITY),
             "-Infinity" => Ok(f64::NEG_INFINITY),
@@ -238,7 +238,7 @@ fn f64v(v: &Value, p: &Path) -> R<f64> {
 fn bytes(v: &Value, p: &Path) -> R<Vec<u8>> {
     let s = match v {
         Value::Null => return Ok(Vec::new()),
-        Value::String(s) => s,
+        Value::String(s) => s.as_bytes(),
         other => return Err(p.err(format!("expected a base64 string, got {}", kind(other)))),
     };
     let e = base64::engine::general_purpose::GeneralPurpose::new(

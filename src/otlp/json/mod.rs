@@ -7,6 +7,7 @@
 
 mod decode;
 mod encode;
+mod tree;
 mod writer;
 
 pub use decode::{decode, JsonError};
