@@ -9,6 +9,7 @@
 //!    buckets saw traffic, the admitted rate follows init + (target − init)(1 − e^(−4p));
 //! 3. burst damping: when arrivals exceed `ratio` × the pass baseline, the rate is capped
 //!    at the baseline and recovers along the same curve (only once slow start finished);
+//!    both rate caps refuse only while every core has a request in flight;
 //! 4. BBR: Little's law gives maxInFlight = maxPass × minRT × buckets/s / 1000; refuse
 //!    when a water level is above its enter line and in-flight exceeds it, then keep
 //!    checking for a 1 s cool-off.
@@ -279,6 +280,14 @@ impl Admission {
     fn layers(&self, st: &mut State, now: u64, p: Pressure, inflight: i64) -> Result<(), Layer> {
         let cfg = self.cfg.load();
         let arrival_rate = st.arrival.max_sum(now) * st.arrival.buckets_per_second();
+        // The rate caps (slow start, burst damping) count admissions per second, so once a
+        // second's share is spent everything is refused until the next one, and with the
+        // in-flight cap a core then idles out the rest of the second: the retry-at-once
+        // storm's CPU dipped to 70-85% once a second for the first 30 s (slow start's
+        // ramp), and the idle core was the goodput lost. A request that finds a core with
+        // nothing in flight costs no other request any latency, so the caps refuse only
+        // while every core has one.
+        let cores_busy = inflight as f64 >= self.cores.ceil().max(1.0);
         // 2. Slow start, re-entered when the pass window has gone sparse.
         let ss = &cfg.slow_start;
         if ss.enabled {
@@ -296,7 +305,7 @@ impl Admission {
                     st.warmup_done_once = true;
                 } else {
                     let allowed = ramp(ss.initial_rate, arrival_rate.max(ss.initial_rate), progress);
-                    if p.above_exit && st.admitted_this_second >= allowed {
+                    if p.above_exit && cores_busy && st.admitted_this_second >= allowed {
                         return Err(Layer::SlowStart);
                     }
                 }
@@ -314,7 +323,7 @@ impl Admission {
                 let progress = (now - start) as f64 / duration;
                 if progress >= 1.0 {
                     st.damping = None;
-                } else if p.above_exit && st.admitted_this_second >= ramp(base, base * bd.ratio, progress) {
+                } else if p.above_exit && cores_busy && st.admitted_this_second >= ramp(base, base * bd.ratio, progress) {
                     return Err(Layer::BurstDamping);
                 }
             }

@@ -61,6 +61,28 @@ fn slow_start_caps_the_rate_only_when_hot() {
 }
 
 #[test]
+fn the_rate_caps_never_refuse_a_request_that_finds_a_core_idle() {
+    // Slow start ramping from 10/s, hot, but each request done before the next arrives:
+    // one core, never more than one in flight, so nothing is refused.
+    let mut c = cfg();
+    c.bbr.enabled = false;
+    c.slow_start.initial_rate = 10.0;
+    c.slow_start.duration = Duration::from_secs(30);
+    let a = Admission::new(&c, 1.0);
+    for i in 0..2000 {
+        let now = i * MS;
+        let t = a.admit(now, HOT).unwrap_or_else(|l| panic!("request {i} refused by {l:?} with the core idle"));
+        a.done(t, now + MS / 2, 0.9);
+    }
+    assert!(a.phases().0, "still ramping");
+    // The same rate with the core taken: the ramp's cap applies.
+    let busy = a.admit(2 * SEC, HOT).unwrap();
+    let passed = (1..1000).filter(|i| a.admit(2 * SEC + i * MS, HOT).is_ok()).count();
+    assert!(passed < 999, "capped while the core is busy: {passed}");
+    a.done(busy, 3 * SEC, 0.9);
+}
+
+#[test]
 fn idle_gap_re_enters_slow_start() {
     let mut c = cfg();
     c.bbr.enabled = false;
