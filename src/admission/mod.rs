@@ -261,6 +261,12 @@ impl Admission {
             return Err(Layer::InflightCap);
         }
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        // Read again and counted under the lock: requests admitted at the same moment on
+        // other threads must see each other, or all of them would find the core idle.
+        let inflight = self.inflight.load(Ordering::Relaxed);
+        if cap > 0 && inflight >= cap {
+            return Err(Layer::InflightCap);
+        }
         st.arrival.add(now, 1.0);
         let sec = now / SEC;
         if sec != st.second {
@@ -270,8 +276,8 @@ impl Admission {
         let verdict = self.layers(&mut st, now, p, inflight);
         if verdict.is_ok() {
             st.admitted_this_second += 1.0;
-            drop(st);
             self.inflight.fetch_add(1, Ordering::Relaxed);
+            drop(st);
             self.admitted_total.fetch_add(1, Ordering::Relaxed);
         }
         verdict.map(|()| Ticket { start: now })

@@ -9,9 +9,13 @@
 //! (and bounds nesting at 128 levels, so neither parsing nor dropping can overflow the
 //! stack).
 //!
-//! Duplicate keys are all kept, in order, so for a plain field the last one wins, as with
-//! `serde_json::Value`; where a field may be set once (an `AnyValue`'s value, a metric's
-//! data, a point's value) a duplicate is refused as a second value, which is what it is.
+//! A key that appears twice in one object keeps its last value, as `serde_json::Value`
+//! did: the earlier ones are dropped before the decoder sees them, so an invalid earlier
+//! copy is no error and a field that may be set once (an `AnyValue`'s value, a metric's
+//! data) is not refused for it. The remaining entries keep document order; the one
+//! difference from `serde_json::Value` is that when a field is given under both its
+//! spellings (`traceId` and `trace_id`), the later in the document wins, not the later
+//! in sorted order.
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
@@ -102,8 +106,8 @@ impl<'de> Visitor<'de> for ValueVisitor {
         Ok(Value::Number(n.into()))
     }
     fn visit_f64<E>(self, n: f64) -> Result<Value<'de>, E> {
-        // As serde_json::Value: a number too large for a double parses as infinity, which
-        // JSON cannot hold; it becomes null.
+        // serde_json refuses a number out of a double's range while parsing, so `n` is
+        // finite; as with serde_json::Value, a non-finite one would become null.
         Ok(serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number))
     }
     fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Value<'de>, E> {
@@ -125,18 +129,55 @@ impl<'de> Visitor<'de> for ValueVisitor {
         Value::deserialize(d)
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value<'de>, A::Error> {
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        let mut items = Vec::new();
         while let Some(item) = seq.next_element()? {
             items.push(item);
         }
         Ok(Value::Array(items))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value<'de>, A::Error> {
-        let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0));
+        let mut entries: Vec<(Key<'de>, Value<'de>)> = Vec::new();
         while let Some(entry) = map.next_entry()? {
             entries.push(entry);
         }
+        keep_last_of_each_key(&mut entries);
         Ok(Value::Object(entries))
+    }
+}
+
+/// Drops every entry whose key appears again later in the object. OTLP objects have a
+/// handful of keys, so a pairwise look costs less than hashing; a large object (a
+/// hostile one with thousands of keys) is checked in O(n log n) by sorting positions.
+fn keep_last_of_each_key(entries: &mut Vec<(Key<'_>, Value<'_>)>) {
+    let n = entries.len();
+    if n < 2 {
+        return;
+    }
+    let mut dropped = vec![false; 0];
+    if n <= 16 {
+        for i in 0..n {
+            if entries[i + 1..].iter().any(|(k, _)| k.0 == entries[i].0 .0) {
+                dropped.resize(n, false);
+                dropped[i] = true;
+            }
+        }
+    } else {
+        let mut order: Vec<usize> = (0..n).collect();
+        // Stable: equal keys stay in document order, so each run's last is the one kept.
+        order.sort_by(|&a, &b| entries[a].0 .0.cmp(&entries[b].0 .0));
+        for w in order.windows(2) {
+            if entries[w[0]].0 .0 == entries[w[1]].0 .0 {
+                dropped.resize(n, false);
+                dropped[w[0]] = true;
+            }
+        }
+    }
+    if !dropped.is_empty() {
+        let mut i = 0;
+        entries.retain(|_| {
+            i += 1;
+            !dropped[i - 1]
+        });
     }
 }
 
@@ -197,11 +238,24 @@ mod tests {
         assert_eq!(entries[4].1.to_string(), "null");
     }
 
+    fn shown(body: &[u8]) -> Vec<String> {
+        Value::parse(body).unwrap().as_object().unwrap().iter().map(|(k, v)| format!("{}={v}", k.as_str())).collect()
+    }
+
     #[test]
-    fn duplicate_keys_are_kept_in_order() {
-        let v = Value::parse(br#"{"a": 1, "a": 2}"#).unwrap();
-        let shown: Vec<String> = v.as_object().unwrap().iter().map(|(k, v)| format!("{}={v}", k.as_str())).collect();
-        assert_eq!(shown, ["a=1", "a=2"]);
+    fn a_repeated_key_keeps_its_last_value_and_the_rest_keep_document_order() {
+        assert_eq!(shown(br#"{"b": 0, "a": 1, "c": 2, "a": 3}"#), ["b=0", "c=2", "a=3"]);
+        // An escaped spelling is the same key.
+        assert_eq!(shown(br#"{"a": 1, "a": 2}"#), ["a=2"]);
+        // A large object goes the sorting way: same answer.
+        let mut big = String::from("{");
+        for i in 0..40 {
+            big.push_str(&format!("\"k{}\": {i},", i % 20));
+        }
+        big.push_str("\"last\": true}");
+        let got = shown(big.as_bytes());
+        let want: Vec<String> = (20..40).map(|i| format!("k{}={i}", i % 20)).chain(["last=true".to_string()]).collect();
+        assert_eq!(got, want);
     }
 
     #[test]
