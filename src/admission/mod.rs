@@ -78,6 +78,8 @@ pub struct Pressure {
 pub struct Ticket {
     /// When it was admitted.
     pub start: u64,
+    /// The request's declared body length (0: unknown), for the hold's completed bytes.
+    pub bytes: u64,
 }
 
 const SEC: u64 = 1_000_000_000;
@@ -88,6 +90,8 @@ struct State {
     pass: RollingWindow,
     /// Completions in the last second (10 buckets): how fast held clients may come back.
     recent_pass: RollingWindow,
+    /// Their declared body bytes (requests of unknown length add nothing).
+    recent_bytes: RollingWindow,
     rt: RollingWindow,
     /// Slow start: start of the current ramp, if ramping.
     warmup_start: Option<u64>,
@@ -163,6 +167,7 @@ impl Admission {
                 arrival: RollingWindow::new(50, SEC / 10),
                 pass: RollingWindow::new(b.buckets, bucket),
                 recent_pass: RollingWindow::new(10, SEC / 10),
+                recent_bytes: RollingWindow::new(10, SEC / 10),
                 rt: RollingWindow::new(b.buckets, bucket),
                 warmup_start: cfg.slow_start.enabled.then_some(0),
                 warmup_done_once: !cfg.slow_start.enabled,
@@ -280,7 +285,7 @@ impl Admission {
             drop(st);
             self.admitted_total.fetch_add(1, Ordering::Relaxed);
         }
-        verdict.map(|()| Ticket { start: now })
+        verdict.map(|()| Ticket { start: now, bytes: 0 })
     }
 
     fn layers(&self, st: &mut State, now: u64, p: Pressure, inflight: i64) -> Result<(), Layer> {
@@ -390,6 +395,9 @@ impl Admission {
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
             st.pass.add(now, 1.0);
             st.recent_pass.add(now, 1.0);
+            if ticket.bytes > 0 {
+                st.recent_bytes.add(now, ticket.bytes as f64);
+            }
             st.rt.add(now, rt_ms);
         }
         if let Some(k) = &self.knee {
@@ -406,7 +414,18 @@ impl Admission {
     /// would remember a faster past and hold too briefly. With nothing completed in that
     /// second there is no rate to keep busy and the hold is the longest allowed. Zero
     /// (answer at once) when holding is off or `held` is past `hold.max_held`.
-    pub fn hold_for(&self, now: u64, held: usize) -> std::time::Duration {
+    ///
+    /// `declared` is the refused request's body length, when its headers state one. Then
+    /// the rate is also reckoned for requests of that size, completed bytes per second ÷
+    /// `declared`, and the lower of the two counts. A second of completions still
+    /// remembers the requests before a change: when 512 clients switched from 30 KB to
+    /// 700 KB bodies, the first herd was held for the small bodies' rate (a few ms), came
+    /// back at once, and the first two seconds of the phase refused three to four times
+    /// as many as later. Completed bytes over the same second are the small bodies'
+    /// bytes too, but divided by the large size they give a rate at most that low. A hold
+    /// too long costs little while the admitted clients come straight back (they keep
+    /// the core busy), and a core left idle answers held refusals early.
+    pub fn hold_for(&self, now: u64, held: usize, declared: Option<u64>) -> std::time::Duration {
         let cfg = self.cfg.load();
         let h = &cfg.hold;
         if !h.enabled || held > h.max_held {
@@ -414,7 +433,19 @@ impl Admission {
         }
         let rate = {
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            st.recent_pass.max_sum(now) * st.recent_pass.buckets_per_second()
+            let per_second = st.recent_pass.buckets_per_second();
+            let requests = st.recent_pass.max_sum(now) * per_second;
+            match declared {
+                Some(len) if len > 0 => {
+                    let bytes = st.recent_bytes.max_sum(now) * per_second;
+                    if bytes > 0.0 {
+                        requests.min(bytes / len as f64)
+                    } else {
+                        requests
+                    }
+                }
+                _ => requests,
+            }
         };
         if rate <= 0.0 {
             return h.max;

@@ -225,19 +225,48 @@ fn a_refusal_is_held_so_the_held_clients_return_at_return_ratio_times_the_comple
     c.hold.max_held = 10_000;
     let a = Admission::new(&c, 1.0);
     // Nothing completed yet: no rate to keep busy, the longest hold allowed.
-    assert_eq!(a.hold_for(0, 1), Duration::from_secs(1));
+    assert_eq!(a.hold_for(0, 1, None), Duration::from_secs(1));
     // 1000 completions a second (100 per 100 ms bucket): 100 held clients return at
     // 2000/s when each is held 50 ms.
     complete_over_a_second(&a, 1000, 2 * SEC);
-    let h = a.hold_for(2 * SEC, 100);
+    let h = a.hold_for(2 * SEC, 100, None);
     assert!((h.as_secs_f64() - 0.05).abs() < 1e-3, "{h:?}");
     // Twice the held clients, twice the hold; one held client, a short one.
-    assert!((a.hold_for(2 * SEC, 200).as_secs_f64() - 0.1).abs() < 1e-3);
-    assert!(a.hold_for(2 * SEC, 1) < Duration::from_millis(1));
+    assert!((a.hold_for(2 * SEC, 200, None).as_secs_f64() - 0.1).abs() < 1e-3);
+    assert!(a.hold_for(2 * SEC, 1, None) < Duration::from_millis(1));
     // Never past hold.max.
-    assert_eq!(a.hold_for(2 * SEC, 4000), Duration::from_secs(1));
+    assert_eq!(a.hold_for(2 * SEC, 4000, None), Duration::from_secs(1));
     // The rate is the last second's: two seconds later the completions are forgotten.
-    assert_eq!(a.hold_for(4 * SEC, 100), Duration::from_secs(1));
+    assert_eq!(a.hold_for(4 * SEC, 100, None), Duration::from_secs(1));
+}
+
+#[test]
+fn a_refused_large_body_is_held_for_the_rate_of_requests_its_size() {
+    let mut c = cfg();
+    c.slow_start.enabled = false;
+    c.hold.return_ratio = 1.0;
+    c.hold.max = Duration::from_secs(5);
+    c.hold.max_held = 10_000;
+    let a = Admission::new(&c, 1.0);
+    // A second of 1000 completions of 30 KB bodies: 30 MB/s.
+    let end = 2 * SEC;
+    for i in 0..1000u64 {
+        let at = end - SEC + i * SEC / 1000;
+        let mut t = a.admit(at, COOL).unwrap();
+        t.bytes = 30_000;
+        a.done(t, at + MS, 0.5);
+    }
+    // A 30 KB refusal: the request rate, 1000/s, so 100 held take 100 ms.
+    let small = a.hold_for(end, 100, Some(30_000));
+    assert!((small.as_secs_f64() - 0.1).abs() < 1e-3, "{small:?}");
+    // A 600 KB refusal right after: 30 MB/s is 50 of those a second, so 2 s, not the
+    // 100 ms that the small bodies' request rate gives.
+    let large = a.hold_for(end, 100, Some(600_000));
+    assert!((large.as_secs_f64() - 2.0).abs() < 1e-2, "{large:?}");
+    assert_eq!(a.hold_for(end, 100, None), small, "no length: the request rate");
+    assert_eq!(a.hold_for(end, 100, Some(0)), small, "length 0: the request rate");
+    // Smaller bodies than those completed are not held shorter than the request rate says.
+    assert_eq!(a.hold_for(end, 100, Some(1_000)), small);
 }
 
 #[test]
@@ -245,11 +274,11 @@ fn a_refusal_is_answered_at_once_when_holding_is_off_or_too_many_are_held() {
     let mut c = cfg();
     c.hold.max_held = 10;
     let a = Admission::new(&c, 1.0);
-    assert_eq!(a.hold_for(0, 10), c.hold.max);
-    assert_eq!(a.hold_for(0, 11), Duration::ZERO, "past max_held");
+    assert_eq!(a.hold_for(0, 10, None), c.hold.max);
+    assert_eq!(a.hold_for(0, 11, None), Duration::ZERO, "past max_held");
     c.hold.enabled = false;
     a.reconfigure(&c);
-    assert_eq!(a.hold_for(0, 1), Duration::ZERO, "off");
+    assert_eq!(a.hold_for(0, 1, None), Duration::ZERO, "off");
 }
 
 #[test]

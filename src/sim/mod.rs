@@ -13,7 +13,7 @@ use crate::admission::{Admission, Ticket};
 use crate::config::Priority;
 use crate::config::ThrottleConfig;
 use crate::signal::Signal;
-use crate::throttle::manager::{decide_with_priority, ClassMix, Decision, Snapshot};
+use crate::throttle::manager::{decide_with_priority, only_cpu_pressed, spare_idle_core, ClassMix, Decision, Snapshot};
 use crate::throttle::sampler::{Readings, Stepper};
 use crate::throttle::state::State;
 use std::collections::VecDeque;
@@ -289,7 +289,7 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
             *cpu += p.reject_cost / per_tick * TICK_NS as f64;
         }
         let Some(c) = client else { return };
-        let hold = admission.hold_for(now, held.len() + 1).as_nanos() as u64;
+        let hold = admission.hold_for(now, held.len() + 1, None).as_nanos() as u64;
         if hold >= TICK_NS {
             let at = (answered + hold).max(held.back().map_or(0, |(t, _)| *t));
             held.push_back((at, c));
@@ -347,9 +347,13 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                     refuse(client, now, &mut refusal_debt, &mut cpu_ns, &mut clients, &mut held);
                     continue;
                 }
-                let admitted = match decide_with_priority(&config, &rule, &snap, Signal::Traces, classes[class], rng.uniform()) {
+                // A shed that would leave the core idle is admitted, as in the tower layer.
+                let decision = decide_with_priority(&config, &rule, &snap, Signal::Traces, classes[class], rng.uniform());
+                let idle = admission.core_idle();
+                let decision = spare_idle_core(decision, idle, idle && only_cpu_pressed(&config.thresholds, &snap.level));
+                let admitted = match decision {
                     // Critical skips the adaptive layers, as in the tower layer.
-                    Decision::Admit(_) if class == 0 => Some(Ticket { start: now }),
+                    Decision::Admit(_) if class == 0 => Some(Ticket { start: now, bytes: 0 }),
                     Decision::Admit(_) => admission.admit(now, snap.pressure).ok(),
                     Decision::Reject { .. } => None,
                 };

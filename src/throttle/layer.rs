@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
-const REASONS: [Reason; 6] = [Reason::Normal, Reason::SheddingPass, Reason::Disabled, Reason::Unclassified, Reason::Shed, Reason::Open];
+const REASONS: [Reason; 7] =
+    [Reason::Normal, Reason::SheddingPass, Reason::IdleCore, Reason::Disabled, Reason::Unclassified, Reason::Shed, Reason::Open];
 const LAYERS: [AdmissionLayer; 6] = [
     AdmissionLayer::InflightCap,
     AdmissionLayer::SlowStart,
@@ -135,9 +136,11 @@ impl ThrottleLayer {
         queue.would_refuse(declared.max(1), critical).then(|| queue.retry_after())
     }
 
-    /// Counts an admission and guards its slot until the response is ready.
-    fn admitted(&self, signal: Option<Signal>, reason: Reason, ticket: crate::admission::Ticket) -> DoneGuard {
+    /// Counts an admission and guards its slot until the response is ready; the ticket
+    /// carries the declared body length, for the hold's completed bytes.
+    fn admitted(&self, req: &Request<Body>, signal: Option<Signal>, reason: Reason, mut ticket: crate::admission::Ticket) -> DoneGuard {
         self.counters.count(signal, reason);
+        ticket.bytes = crate::receiver::middleware::declared_len(req).unwrap_or(0);
         DoneGuard::new(Arc::clone(&self.admission), ticket, Arc::clone(&self.manager))
     }
 
@@ -207,7 +210,8 @@ impl ThrottleLayer {
         // a 300 MiB container past the bench's 0.60, and answering them at once brought
         // the spinning back (HTTP/1.1 burst 100% -> 79% of A).
         crate::receiver::h2conn::discard_unread(req.extensions());
-        let hold = if self.manager.memory_above_enter() { None } else { self.admission.hold() };
+        let hold =
+            if self.manager.memory_above_enter() { None } else { self.admission.hold(crate::receiver::middleware::declared_len(&req)) };
         if let Some((hold, guard)) = hold {
             // Paused now, before hyper's next read could take more of the body.
             let pause = (req.version() < axum::http::Version::HTTP_2)
@@ -269,9 +273,14 @@ where
                 return ResponseFuture::refused(self.layer.queue_full(req, retry_after));
             }
         }
-        match self.layer.manager.decide_as(signal, priority) {
+        let mut decision = self.layer.manager.decide_as(signal, priority);
+        if self.layer.admission.enabled && matches!(decision, Decision::Reject { reason: Reason::Shed, .. }) {
+            let idle = self.layer.admission.inner.core_idle();
+            decision = super::manager::spare_idle_core(decision, idle, idle && self.layer.manager.only_cpu_pressed());
+        }
+        match decision {
             // Critical traffic skips the adaptive layers: it is refused only when Open.
-            Decision::Admit(reason @ (Reason::Normal | Reason::SheddingPass))
+            Decision::Admit(reason @ (Reason::Normal | Reason::SheddingPass | Reason::IdleCore))
                 if self.layer.admission.enabled && priority != Some(crate::config::Priority::Critical) =>
             {
                 // The admission layers, after the throttle and before the body is read.
@@ -282,7 +291,7 @@ where
                 }
                 match adm.inner.admit(adm.now(), pressure) {
                     Ok(ticket) => {
-                        let guard = self.layer.admitted(signal, reason, ticket);
+                        let guard = self.layer.admitted(&req, signal, reason, ticket);
                         ResponseFuture::Inner { fut: self.inner.call(req), guard: Some(guard) }
                     }
                     Err(AdmissionLayer::InflightCap) if !adm.inner.inflight_wait().is_zero() && adm.inner.join_line() => {
@@ -378,7 +387,7 @@ where
         match adm.inner.admit(adm.now(), layer.manager.pressure()) {
             Ok(ticket) => {
                 in_line.take();
-                let guard = layer.admitted(signal, reason, ticket);
+                let guard = layer.admitted(&req, signal, reason, ticket);
                 std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                 let resp = inner.call(req).await;
                 drop(guard);

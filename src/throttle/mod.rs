@@ -182,11 +182,12 @@ impl AdmissionClock {
     /// Starts holding a refusal: how long to hold it, and the guard that counts it as held
     /// until dropped. `None`: answer at once (holding off, too many held, or a hold under
     /// a millisecond, the timer's resolution). The hold is [`Admission::hold_for`] with
-    /// ±25% jitter, so that clients refused together do not all come back together.
-    pub fn hold(self: &Arc<Self>) -> Option<(std::time::Duration, HeldGuard)> {
+    /// ±25% jitter, so that clients refused together do not all come back together;
+    /// `declared` is the refused request's body length, when known.
+    pub fn hold(self: &Arc<Self>, declared: Option<u64>) -> Option<(std::time::Duration, HeldGuard)> {
         use std::sync::atomic::Ordering;
         let held = self.held.fetch_add(1, Ordering::AcqRel) + 1;
-        let d = self.inner.hold_for(self.now(), held).mul_f64(0.75 + 0.5 * rand::random::<f64>());
+        let d = self.inner.hold_for(self.now(), held, declared).mul_f64(0.75 + 0.5 * rand::random::<f64>());
         if d < std::time::Duration::from_millis(1) {
             self.held.fetch_sub(1, Ordering::AcqRel);
             return None;
@@ -327,7 +328,7 @@ mod tests {
 
         // Busy: one request in flight on the one core. The refusal stays held.
         let ticket = adm.inner.admit(adm.now(), crate::admission::Pressure::default()).expect("an idle weir admits");
-        let (hold, guard) = adm.hold().expect("held");
+        let (hold, guard) = adm.hold(None).expect("held");
         assert!(hold >= Duration::from_secs(20), "nothing completed yet: the longest hold, jittered: {hold:?}");
         assert!(tokio::time::timeout(Duration::from_secs(1), guard.released_early()).await.is_err(), "released while busy");
 
@@ -341,7 +342,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn while_nothing_is_admitted_each_check_releases_twice_as_many() {
         let adm = clock();
-        let guards: Vec<_> = (0..100).map(|_| adm.hold().expect("held").1).collect();
+        let guards: Vec<_> = (0..100).map(|_| adm.hold(None).expect("held").1).collect();
         let (_stop, stop_rx) = watch::channel(false);
         tokio::spawn(release_when_idle(Arc::clone(&adm), stop_rx));
         let released = Arc::new(std::sync::atomic::AtomicUsize::new(0));
