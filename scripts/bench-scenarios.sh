@@ -97,9 +97,12 @@ run_scenario() { # name throttle(true|false) concurrency [rate]
   local sup=$!
   for _ in $(seq 1 100); do curl -sf http://127.0.0.1:8888/readyz > /dev/null && break; sleep 0.1; done
   echo "== $name: throttle=$throttle $PROTOCOL ${load[*]} phases of $PHASE"
-  # CPU and memory of the cgroup once a second, whether or not weir's throttle samples.
+  # CPU and memory of the cgroup once a second, whether or not weir's throttle samples,
+  # and the whole machine's idle share (percent of all its cores): loadgen and the sink run
+  # beside weir, and when 512 clients start at once they leave the machine no idle time.
   (
-    prev=""; while [ ! -f "$WORK/stop" ]; do
+    prev=""; prev_idle=""; prev_all=""; while [ ! -f "$WORK/stop" ]; do
+      read -r idle all < <(awk '$1=="cpu" { print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat)
       if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
         u=$(awk '$1=="usage_usec" {print $2 * 1000}' "$(cg_file cpu cpu.stat cpu.stat)" 2>/dev/null || echo 0)
         m=$(cat "$(cg_file memory memory.current memory.current)" 2>/dev/null || echo 0)
@@ -107,8 +110,8 @@ run_scenario() { # name throttle(true|false) concurrency [rate]
         u=$(cat "$(cg_file cpuacct x cpuacct.usage)" 2>/dev/null || echo 0)
         m=$(cat "$(cg_file memory x memory.usage_in_bytes)" 2>/dev/null || echo 0)
       fi
-      [ -n "$prev" ] && echo "$(( (u - prev) / 10000000 )) $m"
-      prev=$u; sleep 1
+      [ -n "$prev" ] && echo "$(( (u - prev) / 10000000 )) $m $(( 100 * (idle - prev_idle) / (all - prev_all > 0 ? all - prev_all : 1) ))"
+      prev=$u; prev_idle=$idle; prev_all=$all; sleep 1
     done > "$WORK/cpu-$name.txt"
   ) &
   "$LOADGEN" "${TARGET[@]}" "${load[@]}" -d "$PHASE" $EXTRA \
