@@ -65,9 +65,7 @@ lines = ["# Goodput under refusal storms", "",
          f"weir {commit} in a real cgroup with 1 CPU and 300 MiB, exporting over OTLP/gRPC to a sink weir; loadgen phases of {phase} "
          "(warmup c/5 x 128 spans x 128 B, burst c x 512 x 1 KiB, bigpayload c x 128 x 4 KiB). A: throttle off, c=2. D: throttle on, c=512. "
          "Requests still unanswered when a phase ends are cancelled and not counted. `P99 after 2 s` leaves out requests sent in a phase's "
-         "first two seconds, when all of its connections open at once. `machine idle, D's first 2 s`: the lowest share of the whole "
-         "machine's cores idle in either of the first two seconds of D's phase (loadgen and the sink run beside weir: 0% means the "
-         "clients themselves used all the CPU weir did not).", ""]
+         "first two seconds, when all of its connections open at once.", ""]
 import glob, statistics
 med = lambda xs: statistics.median(xs) if xs else None
 secs = int(phase.rstrip("s")) if phase.rstrip("s").isdigit() else None
@@ -81,14 +79,6 @@ def phase_cpu(dd, who, i):
         return None
     part = pct[i * secs + 1:(i + 1) * secs - 1]
     return sum(part) / len(part) / 100 if part else None
-def herd_idle(dd, who, i):
-    """The machine's lowest idle share (percent) in phase i's first two seconds."""
-    try:
-        rows = [l.split() for l in open(os.path.join(dd, f"{who}.cpu.txt")) if l.strip()]
-    except FileNotFoundError:
-        return None
-    part = [int(r[2]) for r in rows[i * secs:i * secs + 2] if len(r) > 2] if secs else []
-    return min(part) if part else None
 for run in runs:
     # One pass: OUT/<run>/; several: OUT/<run>/pass-<n>/.
     dirs = sorted(glob.glob(os.path.join(out, run, "pass-*"))) or [os.path.join(out, run)]
@@ -108,8 +98,8 @@ for run in runs:
                   "every figure is the median over the passes, `D / A` the median of the per-pass ratios, `range` the lowest and "
                   "highest of them, and `pooled` D's accepted spans over all passes divided by A's.", ""]
     lines += ["| phase | A accepted spans/s | D accepted spans/s | D / A | " + ("range | pooled | " if n > 1 else "") +
-              "A P99 ms | D P99 ms | D / A | A P99 after 2 s | D P99 after 2 s | D / A | D refused | D errors | weir CPU A / D | machine idle, D's first 2 s |",
-              "|---|---|---|---|" + ("---|---|" if n > 1 else "") + "---|---|---|---|---|---|---|---|---|---|"]
+              "A P99 ms | D P99 ms | D / A | A P99 after 2 s | D P99 after 2 s | D / A | D refused | D errors | weir CPU A / D |",
+              "|---|---|---|---|" + ("---|---|" if n > 1 else "") + "---|---|---|---|---|---|---|---|---|"]
     for i, phase in enumerate(p["phase"] for p in passes[0][1]["phases"]):
         pa = [a["phases"][i] for a, _, _ in passes]
         pd = [d["phases"][i] for _, d, _ in passes]
@@ -123,12 +113,10 @@ for run in runs:
         pooled = sum(y["accepted_spans_per_s"] for y in pd) / max(1, sum(x["accepted_spans_per_s"] for x in pa))
         cores = [med([c for c in (phase_cpu(dd, who, i) for dd in dirs) if c is not None]) for who in ("A", "D")]
         cpu = "/".join("-" if c is None else f"{c:.2f}" for c in cores)
-        idle = med([x for x in (herd_idle(dd, "D", i) for dd in dirs) if x is not None])
-        idle = "-" if idle is None else f"{idle:.0f}%"
         lines.append(f"| {phase} | {a_acc:.0f} | {d_acc:.0f} | {100 * med(ratios):.0f}% | " +
                      (f"{100 * min(ratios):.0f}-{100 * max(ratios):.0f}% | {100 * pooled:.0f}% | " if n > 1 else "") +
                      f"{ms(p99[0])} | {ms(p99[2])} | {ratio(p99[0], p99[2])} | {ms(p99[1])} | {ms(p99[3])} | {ratio(p99[1], p99[3])} | "
-                     f"{refused:.0f} | {errors:.0f} | {cpu} | {idle} |")
+                     f"{refused:.0f} | {errors:.0f} | {cpu} |")
     ooms = sum(c["oom_kills"] for _, _, c in passes)
     restarts = sum(c["restarts"] for _, _, c in passes)
     peak = max(int(c["peak_mem_bytes"]) for _, _, c in passes) // 1048576

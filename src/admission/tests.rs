@@ -209,21 +209,32 @@ fn queue_delay_refuses_a_long_wait_only_while_busy() {
 
 /// Completes `n` requests, 1 ms each, spread evenly over the second that ends at `end`.
 fn complete_over_a_second(a: &Admission, n: u64, end: u64) {
+    complete_sized_over_a_second(a, n, end, 0);
+}
+
+/// [`complete_over_a_second`] with each request declaring `bytes` of body.
+fn complete_sized_over_a_second(a: &Admission, n: u64, end: u64, bytes: u64) {
     for i in 0..n {
         let at = end - SEC + i * SEC / n;
-        let t = a.admit(at, COOL).unwrap();
+        let mut t = a.admit(at, COOL).unwrap();
+        t.bytes = bytes;
         a.done(t, at + MS, 0.5);
     }
 }
 
-#[test]
-fn a_refusal_is_held_so_the_held_clients_return_at_return_ratio_times_the_completion_rate() {
+/// Admission with holding set up for the hold tests: no slow start, no `max_held` bound.
+fn holding(return_ratio: f64, max: Duration) -> Admission {
     let mut c = cfg();
     c.slow_start.enabled = false;
-    c.hold.return_ratio = 2.0;
-    c.hold.max = Duration::from_secs(1);
+    c.hold.return_ratio = return_ratio;
+    c.hold.max = max;
     c.hold.max_held = 10_000;
-    let a = Admission::new(&c, 1.0);
+    Admission::new(&c, 1.0)
+}
+
+#[test]
+fn a_refusal_is_held_so_the_held_clients_return_at_return_ratio_times_the_completion_rate() {
+    let a = holding(2.0, Duration::from_secs(1));
     // Nothing completed yet: no rate to keep busy, the longest hold allowed.
     assert_eq!(a.hold_for(0, 1, None), Duration::from_secs(1));
     // 1000 completions a second (100 per 100 ms bucket): 100 held clients return at
@@ -242,20 +253,10 @@ fn a_refusal_is_held_so_the_held_clients_return_at_return_ratio_times_the_comple
 
 #[test]
 fn a_refused_large_body_is_held_for_the_rate_of_requests_its_size() {
-    let mut c = cfg();
-    c.slow_start.enabled = false;
-    c.hold.return_ratio = 1.0;
-    c.hold.max = Duration::from_secs(5);
-    c.hold.max_held = 10_000;
-    let a = Admission::new(&c, 1.0);
+    let a = holding(1.0, Duration::from_secs(5));
     // A second of 1000 completions of 30 KB bodies: 30 MB/s.
     let end = 2 * SEC;
-    for i in 0..1000u64 {
-        let at = end - SEC + i * SEC / 1000;
-        let mut t = a.admit(at, COOL).unwrap();
-        t.bytes = 30_000;
-        a.done(t, at + MS, 0.5);
-    }
+    complete_sized_over_a_second(&a, 1000, end, 30_000);
     // A 30 KB refusal: the request rate, 1000/s, so 100 held take 100 ms.
     let small = a.hold_for(end, 100, Some(30_000));
     assert!((small.as_secs_f64() - 0.1).abs() < 1e-3, "{small:?}");

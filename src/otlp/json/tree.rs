@@ -153,7 +153,7 @@ fn keep_last_of_each_key(entries: &mut Vec<(Key<'_>, Value<'_>)>) {
     if n < 2 {
         return;
     }
-    let mut dropped = vec![false; 0];
+    let mut dropped = Vec::new();
     if n <= 16 {
         for i in 0..n {
             if entries[i + 1..].iter().any(|(k, _)| k.0 == entries[i].0 .0) {

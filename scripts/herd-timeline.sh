@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Where the CPU goes when 512 clients start a phase at once: weir (throttle on) in a real
+# cgroup with 1 CPU and 300 MiB, loadgen's warmup then burst phase with clients that
+# retry a refusal at once, and every 100 ms the CPU (in cores) of loadgen, weir and the
+# sink weir, and the whole machine's idle cores. A phase's first second is where the
+# storm report's whole-phase P99 comes from; this shows who has the CPU then.
+#
+# Environment: PHASE (default 5s), C (default 512), OUT (default
+# bench/results/<date>/herd), WEIR and LOADGEN (prebuilt binaries). Needs root.
+# Writes OUT/timeline.txt (t since loadgen started, loadgen, weir, sink, idle) and
+# OUT/loadgen.json, and prints the timeline around the phase change.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PHASE=${PHASE:-5s}
+C=${C:-512}
+OUT=${OUT:-bench/results/$(date +%Y-%m-%d)/herd}
+mkdir -p "$OUT"
+if [ -z "${WEIR:-}" ] || [ -z "${LOADGEN:-}" ]; then
+  cargo build --release -q -p weir -p loadgen --bins
+fi
+WEIR=${WEIR:-target/release/weir}
+LOADGEN=${LOADGEN:-target/release/loadgen}
+WORK=$(mktemp -d)
+CG="weir-herd-$$"
+
+cleanup() {
+  touch "$WORK/stop"
+  [ -n "${WEIR_PID:-}" ] && kill "$WEIR_PID" 2>/dev/null || true
+  [ -n "${SINK_PID:-}" ] && { kill "$SINK_PID" 2>/dev/null; wait "$SINK_PID" 2>/dev/null; } || true
+  sleep 0.5
+  scripts/run-in-cgroup.sh --remove "$CG" || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+"$WEIR" --config config/sink.yaml > "$WORK/sink.log" 2>&1 &
+SINK_PID=$!
+for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18888/readyz > /dev/null && break; sleep 0.1; done
+scripts/run-in-cgroup.sh "$CG" 1 314572800 -- "$WEIR" --config config/bench.yaml > "$WORK/weir.log" 2>&1 &
+WEIR_PID=$!
+for _ in $(seq 1 100); do curl -sf http://127.0.0.1:8888/readyz > /dev/null && break; sleep 0.1; done
+curl -sf http://127.0.0.1:8888/readyz > /dev/null || { echo "weir did not start:" >&2; cat "$WORK/weir.log" >&2; exit 1; }
+
+"$LOADGEN" -url http://127.0.0.1:4318/v1/traces -c "$C" -d "$PHASE" -phases warmup,burst \
+  -json "$OUT/loadgen.json" > "$OUT/loadgen.txt" &
+LG_PID=$!
+# utime + stime of a process (clock ticks, all threads), the machine's idle ticks.
+python3 - "$LG_PID" "$WEIR_PID" "$SINK_PID" "$OUT/timeline.txt" <<'PY'
+import os, sys, time
+pids, out = [int(p) for p in sys.argv[1:4]], sys.argv[4]
+hz = os.sysconf("SC_CLK_TCK")
+def ticks(pid):
+    try:
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return int(f[11]) + int(f[12])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+def idle():
+    f = open("/proc/stat").readline().split()
+    return int(f[4]) + int(f[5])
+start = time.monotonic()
+prev = [ticks(p) for p in pids] + [idle()]
+rows = []
+while ticks(pids[0]) is not None:
+    time.sleep(0.1)
+    now = [ticks(p) for p in pids] + [idle()]
+    t = time.monotonic() - start
+    dt = 0.1 if not rows else t - rows[-1][0]
+    cores = [(n - p) / hz / dt if n is not None and p is not None else 0.0 for n, p in zip(now, prev)]
+    rows.append((t, *cores))
+    prev = now
+with open(out, "w") as f:
+    f.write("# t_s loadgen weir sink idle (cores)\n")
+    for r in rows:
+        f.write(" ".join(f"{x:.2f}" for x in r) + "\n")
+PY
+wait "$LG_PID" || true
+cat "$OUT/loadgen.txt"
+secs=${PHASE%s}
+python3 - "$OUT/timeline.txt" "$secs" "$OUT/loadgen.json" <<'PY'
+import json, sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[1]) if not l.startswith("#")]
+phase = float(sys.argv[2])
+print(f"around the burst's start (t = {phase:.0f} s), cores:")
+print("   t    loadgen  weir  sink  idle")
+for r in rows:
+    if phase - 0.5 <= r[0] <= phase + 2.5:
+        print(f"  {r[0]:5.1f}  {r[1]:5.2f}  {r[2]:5.2f}  {r[3]:5.2f}  {r[4]:5.2f}")
+for s in json.load(open(sys.argv[3]))["seconds"]:
+    if s["phase"] == "burst":
+        print(f"  burst second {s['t']}: ok {s['counts']['ok']}, refused {s['counts']['status_429'] + s['counts']['status_503']}, P99 {s['p99_ms'] or 0:.0f} ms")
+PY
