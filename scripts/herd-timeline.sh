@@ -7,8 +7,9 @@
 #
 # Environment: PHASE (default 5s), C (default 512), OUT (default
 # bench/results/<date>/herd), WEIR and LOADGEN (prebuilt binaries). Needs root.
-# Writes OUT/timeline.txt (t since loadgen started, loadgen, weir, sink, idle) and
-# OUT/loadgen.json, and prints the timeline around the phase change.
+# Writes OUT/timeline.txt (t since loadgen started, loadgen, weir, sink, idle),
+# OUT/loadgen.json and OUT/weir-histograms.txt (weir's request duration and queue delay
+# over the run), and prints the timeline around the phase change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +27,7 @@ CG="weir-herd-$$"
 
 cleanup() {
   touch "$WORK/stop"
-  [ -n "${WEIR_PID:-}" ] && kill "$WEIR_PID" 2>/dev/null || true
+  [ -n "${WEIR_PID:-}" ] && { kill "$WEIR_PID" 2>/dev/null; wait "$WEIR_PID" 2>/dev/null; } || true
   [ -n "${SINK_PID:-}" ] && { kill "$SINK_PID" 2>/dev/null; wait "$SINK_PID" 2>/dev/null; } || true
   sleep 0.5
   scripts/run-in-cgroup.sh --remove "$CG" || true
@@ -77,8 +78,11 @@ with open(out, "w") as f:
 PY
 wait "$LG_PID" || true
 cat "$OUT/loadgen.txt"
+# weir's own view of every request: time in weir, and the wait in the kernel in front of it.
+curl -sf http://127.0.0.1:8888/metrics | grep -E '^weir_(receiver_request_duration|throttle_queue_delay)_seconds_bucket\{protocol="http"(,signal="traces")?,le=' \
+  > "$OUT/weir-histograms.txt" || true
 secs=${PHASE%s}
-python3 - "$OUT/timeline.txt" "$secs" "$OUT/loadgen.json" <<'PY'
+python3 - "$OUT/timeline.txt" "$secs" "$OUT/loadgen.json" "$OUT/weir-histograms.txt" <<'PY'
 import json, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1]) if not l.startswith("#")]
 phase = float(sys.argv[2])
@@ -87,6 +91,16 @@ print("   t    loadgen  weir  sink  idle")
 for r in rows:
     if phase - 0.5 <= r[0] <= phase + 2.5:
         print(f"  {r[0]:5.1f}  {r[1]:5.2f}  {r[2]:5.2f}  {r[3]:5.2f}  {r[4]:5.2f}")
+import re
+last = {}
+for l in open(sys.argv[4]):
+    m = re.match(r'(weir_\w+)_bucket\{.*le="([^"]+)"\} (\d+)', l)
+    if m:
+        last.setdefault(m.group(1), []).append((m.group(2), int(m.group(3))))
+for name, buckets in last.items():
+    total = buckets[-1][1]
+    le = next((b for b, n in buckets if n == total), "+Inf")
+    print(f"  {name}: all {total} requests at or under {le} s")
 for s in json.load(open(sys.argv[3]))["seconds"]:
     if s["phase"] == "burst":
         print(f"  burst second {s['t']}: ok {s['counts']['ok']}, refused {s['counts']['status_429'] + s['counts']['status_503']}, P99 {s['p99_ms'] or 0:.0f} ms")
