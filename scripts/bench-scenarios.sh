@@ -54,23 +54,18 @@ fi
 WEIR=${WEIR:-target/release/weir}
 LOADGEN=${LOADGEN:-target/release/loadgen}
 
+. scripts/lib-bench.sh
 cleanup() {
   touch "$WORK/stop"
   pkill -f "$WORK/" 2>/dev/null || true
-  # Wait for the sink to be gone: the next run binds the same ports.
-  [ -n "${SINK_PID:-}" ] && { kill "$SINK_PID" 2>/dev/null; wait "$SINK_PID" 2>/dev/null; } || true
+  stop_pid "${SINK_PID:-}"
   sleep 0.5
   scripts/run-in-cgroup.sh --remove "weir-bench-$$" || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-"$WEIR" --config config/sink.yaml > "$WORK/sink.log" 2>&1 &
-SINK_PID=$!
-# A sink that did not start (a port still taken) would turn every export into a retry
-# and every phase into queue_full: stop here instead.
-for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18888/readyz > /dev/null && break; sleep 0.1; done
-curl -sf http://127.0.0.1:18888/readyz > /dev/null || { echo "the sink weir did not start:" >&2; cat "$WORK/sink.log" >&2; exit 1; }
+start_sink "$WORK"
 
 cg_file() { # the cgroup file for a controller
   if [ -f /sys/fs/cgroup/cgroup.controllers ]; then echo "/sys/fs/cgroup/weir-bench-$$/$2";

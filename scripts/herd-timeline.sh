@@ -25,23 +25,21 @@ LOADGEN=${LOADGEN:-target/release/loadgen}
 WORK=$(mktemp -d)
 CG="weir-herd-$$"
 
+. scripts/lib-bench.sh
 cleanup() {
   touch "$WORK/stop"
-  [ -n "${WEIR_PID:-}" ] && { kill "$WEIR_PID" 2>/dev/null; wait "$WEIR_PID" 2>/dev/null; } || true
-  [ -n "${SINK_PID:-}" ] && { kill "$SINK_PID" 2>/dev/null; wait "$SINK_PID" 2>/dev/null; } || true
+  stop_pid "${WEIR_PID:-}"
+  stop_pid "${SINK_PID:-}"
   sleep 0.5
   scripts/run-in-cgroup.sh --remove "$CG" || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-"$WEIR" --config config/sink.yaml > "$WORK/sink.log" 2>&1 &
-SINK_PID=$!
-for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18888/readyz > /dev/null && break; sleep 0.1; done
+start_sink "$WORK"
 scripts/run-in-cgroup.sh "$CG" 1 314572800 -- "$WEIR" --config config/bench.yaml > "$WORK/weir.log" 2>&1 &
 WEIR_PID=$!
-for _ in $(seq 1 100); do curl -sf http://127.0.0.1:8888/readyz > /dev/null && break; sleep 0.1; done
-curl -sf http://127.0.0.1:8888/readyz > /dev/null || { echo "weir did not start:" >&2; cat "$WORK/weir.log" >&2; exit 1; }
+wait_ready http://127.0.0.1:8888/readyz "$WORK/weir.log" weir
 
 "$LOADGEN" -url http://127.0.0.1:4318/v1/traces -c "$C" -d "$PHASE" -phases warmup,burst \
   -json "$OUT/loadgen.json" > "$OUT/loadgen.txt" &

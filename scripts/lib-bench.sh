@@ -1,0 +1,23 @@
+# Shared by the benchmark scripts (source it from the checkout's root).
+
+# wait_ready URL LOG WHAT: waits up to 10 s for URL to answer; otherwise prints LOG and
+# fails, naming WHAT.
+wait_ready() {
+  for _ in $(seq 1 100); do curl -sf "$1" > /dev/null && return 0; sleep 0.1; done
+  echo "$3 did not start:" >&2; cat "$2" >&2; return 1
+}
+
+# start_sink WORK: starts the unconstrained sink weir ($WEIR, config/sink.yaml), logging
+# to WORK/sink.log, sets SINK_PID and waits until it is ready. A sink that did not start
+# (a port still taken) would turn every export into a retry and every phase into
+# queue_full, so this fails instead.
+start_sink() {
+  "$WEIR" --config config/sink.yaml > "$1/sink.log" 2>&1 &
+  SINK_PID=$!
+  wait_ready http://127.0.0.1:18888/readyz "$1/sink.log" "the sink weir"
+}
+
+# stop_pid PID: stops a process and waits for it (the next run binds the same ports).
+stop_pid() {
+  [ -n "${1:-}" ] && { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; } || true
+}
