@@ -117,7 +117,7 @@ impl ThrottleLayer {
     /// Compressed bodies state no decoded size in their headers: only a full budget
     /// refuses them. The answer is the queue's own 503 with its retry delay, held like
     /// any refusal.
-    fn queue_refusal(&self, req: &Request<Body>, critical: bool) -> Option<std::time::Duration> {
+    fn queue_refusal(&self, req: &Request<Body>, declared: Option<u64>, critical: bool) -> Option<std::time::Duration> {
         let queue = self.queue.as_ref()?;
         let h = req.headers();
         let identity = h.get(axum::http::header::CONTENT_ENCODING).is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"));
@@ -129,7 +129,7 @@ impl ThrottleLayer {
             _ => 0,
         };
         let declared = match (identity, divisor) {
-            (true, 1 | 2) => crate::receiver::middleware::declared_len(req).unwrap_or(0) as usize / divisor,
+            (true, 1 | 2) => declared.unwrap_or(0) as usize / divisor,
             _ => 0,
         };
         // At least one byte: a full budget refuses whatever the size.
@@ -137,10 +137,10 @@ impl ThrottleLayer {
     }
 
     /// Counts an admission and guards its slot until the response is ready; the ticket
-    /// carries the declared body length, for the hold's completed bytes.
-    fn admitted(&self, req: &Request<Body>, signal: Option<Signal>, reason: Reason, mut ticket: crate::admission::Ticket) -> DoneGuard {
+    /// carries the declared body length (`declared`), for the hold's completed bytes.
+    fn admitted(&self, declared: Option<u64>, signal: Option<Signal>, reason: Reason, mut ticket: crate::admission::Ticket) -> DoneGuard {
         self.counters.count(signal, reason);
-        ticket.bytes = crate::receiver::middleware::declared_len(req).unwrap_or(0);
+        ticket.bytes = declared.unwrap_or(0);
         DoneGuard::new(Arc::clone(&self.admission), ticket, Arc::clone(&self.manager))
     }
 
@@ -268,8 +268,10 @@ where
             self.layer.counters.queue_delay.record(w as f64 * 1e-9);
         }
         let waited = waited.unwrap_or(0);
+        // Read once: the queue's check and the admission ticket both need it.
+        let declared = crate::receiver::middleware::declared_len(&req);
         if self.layer.admission.enabled && signal.is_some() {
-            if let Some(retry_after) = self.layer.queue_refusal(&req, priority == Some(crate::config::Priority::Critical)) {
+            if let Some(retry_after) = self.layer.queue_refusal(&req, declared, priority == Some(crate::config::Priority::Critical)) {
                 return ResponseFuture::refused(self.layer.queue_full(req, retry_after));
             }
         }
@@ -291,14 +293,14 @@ where
                 }
                 match adm.inner.admit(adm.now(), pressure) {
                     Ok(ticket) => {
-                        let guard = self.layer.admitted(&req, signal, reason, ticket);
+                        let guard = self.layer.admitted(declared, signal, reason, ticket);
                         ResponseFuture::Inner { fut: self.inner.call(req), guard: Some(guard) }
                     }
                     Err(AdmissionLayer::InflightCap) if !adm.inner.inflight_wait().is_zero() && adm.inner.join_line() => {
                         // Left when the wait ends, or when the future is dropped unpolled.
                         let in_line = InLine(Arc::clone(adm));
                         ResponseFuture::Queued {
-                            fut: Box::pin(queued(self.inner.clone(), self.layer.clone(), req, signal, reason, in_line)),
+                            fut: Box::pin(queued(self.inner.clone(), self.layer.clone(), req, declared, signal, reason, in_line)),
                         }
                     }
                     Err(layer) => ResponseFuture::refused(self.layer.refused_by(req, signal, layer)),
@@ -369,6 +371,7 @@ async fn queued<S>(
     mut inner: S,
     layer: ThrottleLayer,
     req: Request<Body>,
+    declared: Option<u64>,
     signal: Option<Signal>,
     reason: Reason,
     in_line: InLine,
@@ -387,7 +390,7 @@ where
         match adm.inner.admit(adm.now(), layer.manager.pressure()) {
             Ok(ticket) => {
                 in_line.take();
-                let guard = layer.admitted(&req, signal, reason, ticket);
+                let guard = layer.admitted(declared, signal, reason, ticket);
                 std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                 let resp = inner.call(req).await;
                 drop(guard);
