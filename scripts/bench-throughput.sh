@@ -473,6 +473,9 @@ pipeline:
     disk_cell "disk, interval (100ms)" disk_interval "$proto" "$n"
   done
   kill "$disk_on_ack_PID" "$disk_interval_PID" 2> /dev/null || true
+  # A weir that is shutting down still writes its queue's cursors; remove the directories
+  # only once both have exited.
+  wait "$disk_on_ack_PID" "$disk_interval_PID" 2> /dev/null || true
   rm -rf "${DISK_DIR:?}/on_ack" "${DISK_DIR:?}/interval"
 fi
 
