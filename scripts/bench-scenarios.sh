@@ -43,6 +43,18 @@ case $PROTOCOL in
 esac
 CPUS=${CPUS:-1}
 MEM=${MEM:-314572800}
+# PIN="WEIR_CORES CLIENT_CORES" (e.g. "1 0"): weir's cgroup gets WEIR_CORES to itself and
+# loadgen and the sink run on CLIENT_CORES, as when the clients are other machines.
+# Unset, all three share every core, and 512 clients starting at once take CPU that weir's
+# quota would otherwise have had.
+PIN=${PIN:-}
+CLIENT_RUN=()
+if [ -n "$PIN" ]; then
+  read -r WEIR_CORES CLIENT_CORES <<< "$PIN"
+  [ -n "${CLIENT_CORES:-}" ] || { echo "PIN is \"WEIR_CORES CLIENT_CORES\", e.g. \"1 0\"" >&2; exit 2; }
+  CLIENT_RUN=(taskset -c "$CLIENT_CORES")
+  export CPUSET=$WEIR_CORES
+fi
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
 
@@ -65,6 +77,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
+SINK_RUN=("${CLIENT_RUN[@]}")
 start_sink "$WORK"
 
 cg_file() { # the cgroup file for a controller
@@ -109,7 +122,7 @@ run_scenario() { # name throttle(true|false) concurrency [rate]
       prev=$u; prev_idle=$idle; prev_all=$all; sleep 1
     done > "$WORK/cpu-$name.txt"
   ) &
-  "$LOADGEN" "${TARGET[@]}" "${load[@]}" -d "$PHASE" $EXTRA \
+  "${CLIENT_RUN[@]}" "$LOADGEN" "${TARGET[@]}" "${load[@]}" -d "$PHASE" $EXTRA \
     -metrics-url http://127.0.0.1:8888/metrics -json "$OUT/$name.json" -report "$OUT/$name.svg" | tee "$OUT/$name.txt"
   local oom peak
   if [ -f /sys/fs/cgroup/cgroup.controllers ]; then

@@ -10,8 +10,8 @@
 # (prebuilt binaries, e.g. an older weir for a before/after run), LABEL (what the report
 # calls the weir measured; default the checkout's commit), PASSES (default 1: how many
 # times each pair runs; with more, the report gives the median of each figure and the
-# range of D / A, since single runs on a small shared machine move by a fifth). About 10
-# minutes per pass.
+# range of D / A, since single runs on a small shared machine move by a fifth), PIN (see
+# scripts/bench-scenarios.sh: weir's core and the clients' core). About 10 minutes per pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -66,6 +66,12 @@ lines = ["# Goodput under refusal storms", "",
          "(warmup c/5 x 128 spans x 128 B, burst c x 512 x 1 KiB, bigpayload c x 128 x 4 KiB). A: throttle off, c=2. D: throttle on, c=512. "
          "Requests still unanswered when a phase ends are cancelled and not counted. `P99 after 2 s` leaves out requests sent in a phase's "
          "first two seconds, when all of its connections open at once.", ""]
+pin = os.environ.get("PIN", "").split()
+if len(pin) == 2:
+    lines += [f"Cores pinned (`PIN=\"{pin[0]} {pin[1]}\"`): weir's cgroup has core {pin[0]} to itself; loadgen and the sink run on core {pin[1]}, "
+                    "as when the clients are other machines.", ""]
+else:
+    lines += ["Cores not pinned: weir's cgroup, loadgen and the sink share every core of the machine.", ""]
 import glob, statistics
 med = lambda xs: statistics.median(xs) if xs else None
 secs = int(phase.rstrip("s")) if phase.rstrip("s").isdigit() else None

@@ -10,9 +10,10 @@ wait_ready() {
 # start_sink WORK: starts the unconstrained sink weir ($WEIR, config/sink.yaml), logging
 # to WORK/sink.log, sets SINK_PID and waits until it is ready. A sink that did not start
 # (a port still taken) would turn every export into a retry and every phase into
-# queue_full, so this fails instead.
+# queue_full, so this fails instead. SINK_RUN, an array, is a command to run it under
+# (e.g. taskset).
 start_sink() {
-  "$WEIR" --config config/sink.yaml > "$1/sink.log" 2>&1 &
+  "${SINK_RUN[@]}" "$WEIR" --config config/sink.yaml > "$1/sink.log" 2>&1 &
   SINK_PID=$!
   wait_ready http://127.0.0.1:18888/readyz "$1/sink.log" "the sink weir"
 }

@@ -7,7 +7,8 @@
 #
 # Prints the cgroup directories on stderr; the command replaces the shell (exec), so its
 # PID is this script's PID. Remove the cgroup afterwards with `scripts/run-in-cgroup.sh
-# --remove NAME`.
+# --remove NAME`. CPUSET (e.g. "1") also confines the cgroup to those cores, as a
+# container with a dedicated core (Kubernetes' static CPU manager) is.
 set -euo pipefail
 
 v1_mount() { awk -v c="$1" '$0 ~ / - cgroup / { n=split($NF, o, ","); for (i=1;i<=n;i++) if (o[i]==c) { print $5; exit } }' /proc/self/mountinfo; }
@@ -36,6 +37,7 @@ if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
   echo "$quota 100000" > "$d/cpu.max"
   echo "$mem" > "$d/memory.max"
   echo 0 > "$d/memory.swap.max" 2>/dev/null || true
+  [ -n "${CPUSET:-}" ] && echo "$CPUSET" > "$d/cpuset.cpus"
   echo "cgroup v2: $d" >&2
   echo $$ > "$d/cgroup.procs"
 else
@@ -45,6 +47,7 @@ else
     if [ -f "$d/cpuset.cpus" ] && [ -z "$(cat "$d/cpuset.cpus")" ]; then
       cat "$m/cpuset.cpus" > "$d/cpuset.cpus"; cat "$m/cpuset.mems" > "$d/cpuset.mems"
     fi
+    [ -n "${CPUSET:-}" ] && [ -f "$d/cpuset.cpus" ] && echo "$CPUSET" > "$d/cpuset.cpus"
     if [ -f "$d/cpu.cfs_quota_us" ]; then echo 100000 > "$d/cpu.cfs_period_us"; echo "$quota" > "$d/cpu.cfs_quota_us"; fi
     if [ -f "$d/memory.limit_in_bytes" ]; then
       echo "$mem" > "$d/memory.limit_in_bytes"

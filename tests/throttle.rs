@@ -199,3 +199,75 @@ async fn a_request_that_waited_while_busy_is_refused_by_queue_delay() {
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
     w.app.shutdown().await;
 }
+
+/// Rewrites the fixture's `cpu.stat` every 5 ms as if the cgroup used `cores` of CPU,
+/// until the returned flag is set.
+fn burn_fixture_cpu(root: &std::path::Path, cores: f64) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (root, flag) = (root.to_path_buf(), stop.clone());
+    std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            let used = (start.elapsed().as_micros() as f64 * cores) as u64;
+            let tmp = root.join("sys/fs/cgroup/cpu.stat.tmp");
+            std::fs::write(&tmp, format!("usage_usec {used}\n")).unwrap();
+            std::fs::rename(&tmp, root.join("sys/fs/cgroup/cpu.stat")).unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    stop
+}
+
+/// A CPU shed that finds the core idle is admitted over real HTTP and counted as
+/// `reason="idle_core"`; with memory above its enter line as well, the shed stands.
+#[tokio::test]
+async fn a_cpu_shed_at_an_idle_core_is_admitted_and_counted_but_a_memory_shed_is_not() {
+    let cg = tempfile::tempdir().unwrap();
+    fixture(cg.path(), 100);
+    let burning = burn_fixture_cpu(cg.path(), 0.9);
+    let rules = "      default: {drop_min: 1.0, drop_max: 1.0}
+    thresholds:
+      cpu: {enter: 0.8, exit: 0.7, hard: 0.99, breach_n: 1}
+      mem: {enter: 0.85, exit: 0.78, hard: 0.95, breach_n: 1}
+    queue_delay: {enabled: false}
+    slow_start: {enabled: false}
+    burst_damping: {enabled: false}
+    bbr: {enabled: false}";
+    let w = start_yaml(&yaml(cg.path(), rules)).await;
+    let url = format!("{}/v1/traces", w.http());
+    wait_state(&w.admin(), "traces", "shedding").await;
+    let counted = |reason: &'static str, decision: &'static str| {
+        let admin = w.admin();
+        async move {
+            let key = format!(
+                "weir_throttle_requests_total{{protocol=\"http\",record_type=\"traces\",decision=\"{decision}\",reason=\"{reason}\"}}"
+            );
+            metric_value(&admin, &key).await.unwrap_or(0.0)
+        }
+    };
+
+    // One request at a time: each finds the core with nothing in flight. Every one would
+    // be shed (drop 1.0), and every one is let in.
+    for i in 0..20 {
+        let resp = post(&url, traces(&format!("idle-core{i}"), 1, 1).encode_to_vec(), false).await;
+        assert_eq!(resp.status(), 200, "request {i}: {}", resp.text().await.unwrap());
+    }
+    assert_eq!(counted("idle_core", "allowed").await, 20.0);
+    assert_eq!(counted("shed", "denied").await, 0.0);
+    assert_eq!(wait_items(&w.data_dir(), "traces", 20).await.len(), 20);
+
+    // Memory at 88%: above its enter line, under hard. The core is as idle as before,
+    // but the shed stands.
+    fixture(cg.path(), 880);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while metric_value(&w.admin(), "weir_throttle_water_level{kind=\"mem\"}").await.unwrap_or(0.0) < 0.86 {
+        assert!(std::time::Instant::now() < deadline, "the memory level never rose");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let resp = post(&url, traces("mem-pressed", 1, 1).encode_to_vec(), false).await;
+    assert_eq!(resp.status(), 429);
+    assert_eq!(counted("shed", "denied").await, 1.0);
+    assert_eq!(counted("idle_core", "allowed").await, 20.0);
+    burning.store(true, std::sync::atomic::Ordering::Relaxed);
+    w.app.shutdown().await;
+}
