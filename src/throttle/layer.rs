@@ -145,10 +145,16 @@ impl ThrottleLayer {
     }
 
     /// Counts and answers a refusal by an admission layer.
-    fn refused_by(&self, req: Request<Body>, signal: Option<Signal>, layer: AdmissionLayer) -> Result<Response<Body>, drain::Draining> {
+    fn refused_by(
+        &self,
+        req: Request<Body>,
+        declared: Option<u64>,
+        signal: Option<Signal>,
+        layer: AdmissionLayer,
+    ) -> Result<Response<Body>, drain::Draining> {
         self.counters.count_layer(signal, layer);
         let retry_after = self.manager.config().retry_after.min;
-        self.answer(req, retry_after, move |retry_after| ApiError::Admission {
+        self.answer(req, declared, retry_after, move |retry_after| ApiError::Admission {
             message: format!(
                 "overloaded: refused by {} for {}; retry after {}.{}s",
                 layer.as_str(),
@@ -162,8 +168,13 @@ impl ThrottleLayer {
     }
 
     /// Answers a request the pipeline has no room for (see [`ThrottleLayer::queue_refusal`]).
-    fn queue_full(&self, req: Request<Body>, retry_after: std::time::Duration) -> Result<Response<Body>, drain::Draining> {
-        self.answer(req, retry_after, move |retry_after| ApiError::QueueFull {
+    fn queue_full(
+        &self,
+        req: Request<Body>,
+        declared: Option<u64>,
+        retry_after: std::time::Duration,
+    ) -> Result<Response<Body>, drain::Draining> {
+        self.answer(req, declared, retry_after, move |retry_after| ApiError::QueueFull {
             message: "pipeline queue is full; retry later".into(),
             retry_after,
         })
@@ -173,12 +184,13 @@ impl ThrottleLayer {
     fn refusal(
         &self,
         req: Request<Body>,
+        declared: Option<u64>,
         signal: Option<Signal>,
         what: &'static str,
         retry_after: std::time::Duration,
         open: bool,
     ) -> Result<Response<Body>, drain::Draining> {
-        self.answer(req, retry_after, move |retry_after| ApiError::Throttled {
+        self.answer(req, declared, retry_after, move |retry_after| ApiError::Throttled {
             // Integer formatting: a float's costs more than the rest of the message.
             message: format!(
                 "{what} for {}; retry after {}.{}s",
@@ -198,9 +210,12 @@ impl ThrottleLayer {
     /// for both, and such clients lost a tenth of their accepted rate). The rest is
     /// reckoned from the time actually held, which is shorter than planned when a free
     /// core answers it early.
+    /// `declared` is the body's stated length, read once in `Throttle::call`; it sizes
+    /// the hold's byte budget.
     fn answer(
         &self,
         req: Request<Body>,
+        declared: Option<u64>,
         retry_after: std::time::Duration,
         err: impl FnOnce(std::time::Duration) -> ApiError + Send + 'static,
     ) -> Result<Response<Body>, drain::Draining> {
@@ -210,8 +225,7 @@ impl ThrottleLayer {
         // a 300 MiB container past the bench's 0.60, and answering them at once brought
         // the spinning back (HTTP/1.1 burst 100% -> 79% of A).
         crate::receiver::h2conn::discard_unread(req.extensions());
-        let hold =
-            if self.manager.memory_above_enter() { None } else { self.admission.hold(crate::receiver::middleware::declared_len(&req)) };
+        let hold = if self.manager.memory_above_enter() { None } else { self.admission.hold(declared) };
         if let Some((hold, guard)) = hold {
             // Paused now, before hyper's next read could take more of the body.
             let pause = (req.version() < axum::http::Version::HTTP_2)
@@ -272,7 +286,7 @@ where
         let declared = crate::receiver::middleware::declared_len(&req);
         if self.layer.admission.enabled && signal.is_some() {
             if let Some(retry_after) = self.layer.queue_refusal(&req, declared, priority == Some(crate::config::Priority::Critical)) {
-                return ResponseFuture::refused(self.layer.queue_full(req, retry_after));
+                return ResponseFuture::refused(self.layer.queue_full(req, declared, retry_after));
             }
         }
         let mut decision = self.layer.manager.decide_as(signal, priority);
@@ -289,7 +303,7 @@ where
                 let adm = &self.layer.admission;
                 let pressure = self.layer.manager.pressure();
                 if let Err(layer) = adm.inner.check_queue_delay(waited, pressure) {
-                    return ResponseFuture::refused(self.layer.refused_by(req, signal, layer));
+                    return ResponseFuture::refused(self.layer.refused_by(req, declared, signal, layer));
                 }
                 match adm.inner.admit(adm.now(), pressure) {
                     Ok(ticket) => {
@@ -303,7 +317,7 @@ where
                             fut: Box::pin(queued(self.inner.clone(), self.layer.clone(), req, declared, signal, reason, in_line)),
                         }
                     }
-                    Err(layer) => ResponseFuture::refused(self.layer.refused_by(req, signal, layer)),
+                    Err(layer) => ResponseFuture::refused(self.layer.refused_by(req, declared, signal, layer)),
                 }
             }
             Decision::Admit(reason) => {
@@ -314,7 +328,7 @@ where
                 self.layer.counters.count(signal, reason);
                 let open = reason == Reason::Open;
                 let what = if open { "overloaded: admission is closed" } else { "overloaded: request shed" };
-                ResponseFuture::refused(self.layer.refusal(req, signal, what, retry_after, open))
+                ResponseFuture::refused(self.layer.refusal(req, declared, signal, what, retry_after, open))
             }
         }
     }
@@ -399,7 +413,7 @@ where
             Err(AdmissionLayer::InflightCap) if tokio::time::timeout_at(deadline, freed).await.is_ok() => continue,
             Err(refused_by) => {
                 in_line.take();
-                return Ok(match layer.refused_by(req, signal, refused_by) {
+                return Ok(match layer.refused_by(req, declared, signal, refused_by) {
                     Ok(resp) => resp,
                     Err(draining) => draining.await,
                 });
