@@ -43,18 +43,9 @@ case $PROTOCOL in
 esac
 CPUS=${CPUS:-1}
 MEM=${MEM:-314572800}
-# PIN="WEIR_CORES CLIENT_CORES" (e.g. "1 0"): weir's cgroup gets WEIR_CORES to itself and
-# loadgen and the sink run on CLIENT_CORES, as when the clients are other machines.
-# Unset, all three share every core, and 512 clients starting at once take CPU that weir's
-# quota would otherwise have had.
-PIN=${PIN:-}
-CLIENT_RUN=()
-if [ -n "$PIN" ]; then
-  read -r WEIR_CORES CLIENT_CORES <<< "$PIN"
-  [ -n "${CLIENT_CORES:-}" ] || { echo "PIN is \"WEIR_CORES CLIENT_CORES\", e.g. \"1 0\"" >&2; exit 2; }
-  CLIENT_RUN=(taskset -c "$CLIENT_CORES")
-  export CPUSET=$WEIR_CORES
-fi
+# PIN="WEIR_CORES CLIENT_CORES" (e.g. "1 0"): see pin_cores in scripts/lib-bench.sh.
+. scripts/lib-bench.sh
+pin_cores
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
 
@@ -66,7 +57,6 @@ fi
 WEIR=${WEIR:-target/release/weir}
 LOADGEN=${LOADGEN:-target/release/loadgen}
 
-. scripts/lib-bench.sh
 cleanup() {
   touch "$WORK/stop"
   pkill -f "$WORK/" 2>/dev/null || true

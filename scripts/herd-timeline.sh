@@ -22,15 +22,8 @@ cd "$(dirname "$0")/.."
 PHASE=${PHASE:-5s}
 C=${C:-512}
 PHASES=${PHASES:-warmup,burst}
-PIN=${PIN:-}
-CLIENT_RUN=()
-CLIENT_CORES=""
-if [ -n "$PIN" ]; then
-  read -r WEIR_CORES CLIENT_CORES <<< "$PIN"
-  [ -n "${CLIENT_CORES:-}" ] || { echo "PIN is \"WEIR_CORES CLIENT_CORES\", e.g. \"1 0\"" >&2; exit 2; }
-  CLIENT_RUN=(taskset -c "$CLIENT_CORES")
-  export CPUSET=$WEIR_CORES
-fi
+. scripts/lib-bench.sh
+pin_cores
 OUT=${OUT:-bench/results/$(date +%Y-%m-%d)/herd}
 mkdir -p "$OUT"
 if [ -z "${WEIR:-}" ] || [ -z "${LOADGEN:-}" ]; then
@@ -41,7 +34,6 @@ LOADGEN=${LOADGEN:-target/release/loadgen}
 WORK=$(mktemp -d)
 CG="weir-herd-$$"
 
-. scripts/lib-bench.sh
 cleanup() {
   touch "$WORK/stop"
   stop_pid "${WEIR_PID:-}"
@@ -66,40 +58,35 @@ python3 - "$LG_PID" "$WEIR_PID" "$SINK_PID" "$OUT/timeline.txt" "$CLIENT_CORES" 
 import os, sys, time
 pids, out = [int(p) for p in sys.argv[1:4]], sys.argv[4]
 hz = os.sysconf("SC_CLK_TCK")
-def cores(spec):  # "0", "0,2", "0-1": the client cores, or every core
-    if not spec:
-        return None
+def core_set(spec):  # "0", "0,2", "0-1": the client cores; empty: every core
     out = set()
-    for part in spec.split(","):
+    for part in filter(None, spec.split(",")):
         a, _, b = part.partition("-")
         out.update(range(int(a), int(b or a) + 1))
     return out
-client = cores(sys.argv[5])
-def client_ticks():  # kernel (system + irq + softirq) and idle ticks of the client cores
-    k = i = 0
+client = core_set(sys.argv[5])
+def machine():  # idle ticks of the machine; kernel (system + irq + softirq) and idle ticks of the client cores
+    all_idle = k = i = 0
     for l in open("/proc/stat"):
         f = l.split()
-        if not f[0].startswith("cpu") or f[0] == "cpu":
-            continue
-        if client is None or int(f[0][3:]) in client:
+        if f[0] == "cpu":
+            all_idle = int(f[4]) + int(f[5])
+        elif f[0].startswith("cpu") and (not client or int(f[0][3:]) in client):
             k += int(f[3]) + int(f[6]) + int(f[7])
             i += int(f[4]) + int(f[5])
-    return [k, i]
+    return [all_idle, k, i]
 def ticks(pid):
     try:
         f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
         return int(f[11]) + int(f[12])
     except (FileNotFoundError, ProcessLookupError):
         return None
-def idle():
-    f = open("/proc/stat").readline().split()
-    return int(f[4]) + int(f[5])
 start = time.monotonic()
-prev = [ticks(p) for p in pids] + [idle()] + client_ticks()
+prev = [ticks(p) for p in pids] + machine()
 rows = []
 while ticks(pids[0]) is not None:
     time.sleep(0.1)
-    now = [ticks(p) for p in pids] + [idle()] + client_ticks()
+    now = [ticks(p) for p in pids] + machine()
     t = time.monotonic() - start
     dt = 0.1 if not rows else t - rows[-1][0]
     cores = [(n - p) / hz / dt if n is not None and p is not None else 0.0 for n, p in zip(now, prev)]

@@ -18,6 +18,21 @@ start_sink() {
   wait_ready http://127.0.0.1:18888/readyz "$1/sink.log" "the sink weir"
 }
 
+# pin_cores: reads PIN="WEIR_CORES CLIENT_CORES" (e.g. "1 0"). Set, weir's cgroup gets
+# WEIR_CORES to itself (CPUSET, for run-in-cgroup.sh) and CLIENT_RUN, an array, runs
+# loadgen and the sink on CLIENT_CORES, as when the clients are other machines. Unset,
+# CLIENT_RUN is empty and everything shares every core: 512 clients starting at once then
+# take CPU that weir's quota would otherwise have had.
+pin_cores() {
+  CLIENT_RUN=()
+  CLIENT_CORES=""
+  [ -n "${PIN:-}" ] || return 0
+  read -r WEIR_CORES CLIENT_CORES <<< "$PIN"
+  [ -n "${CLIENT_CORES:-}" ] || { echo "PIN is \"WEIR_CORES CLIENT_CORES\", e.g. \"1 0\"" >&2; exit 2; }
+  CLIENT_RUN=(taskset -c "$CLIENT_CORES")
+  export CPUSET=$WEIR_CORES
+}
+
 # stop_pid PID: stops a process and waits for it (the next run binds the same ports).
 stop_pid() {
   [ -n "${1:-}" ] && { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; } || true
