@@ -47,6 +47,21 @@ async fn a_request_knows_how_long_it_waited_for_a_busy_server() {
     let server = weir::receiver::server::serve(weir::receiver::server::Listen::new("test", "127.0.0.1:0"), app).await.unwrap();
     let addr = server.local_addr;
 
+    // The kernel turns receive timestamps on a moment after the first socket asks for them
+    // (deferred work; weir's listener asks at bind and keeps them on for its life). A
+    // process whose first socket is this listener can see its first few requests
+    // unstamped, so wait until a request on the idle server comes back stamped.
+    let mut stamped = false;
+    for _ in 0..200 {
+        let got = tokio::task::spawn_blocking(move || get_over_http1(addr, "/waited")).await.unwrap();
+        if got.parse::<u64>().is_ok() {
+            stamped = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(stamped, "no request came back stamped within 2 s of the listener asking for stamps");
+
     let busy = std::thread::spawn(move || get_over_http1(addr, "/busy"));
     let waiting = std::thread::spawn(move || {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
