@@ -225,47 +225,6 @@ async fn cors_preflight_and_admin_endpoints() {
     w.app.shutdown().await;
 }
 
-/// Writes one HTTP/1.1 POST on `s` and reads the response: (status, Connection header,
-/// body), or `None` when the connection is gone.
-async fn exchange(s: &mut tokio::net::TcpStream, token: &str, body: &[u8]) -> Option<(u16, Option<String>, Vec<u8>)> {
-    let head = format!(
-        "POST /v1/traces HTTP/1.1\r\nhost: weir\r\ncontent-type: application/x-protobuf\r\nx-bk-token: {token}\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    );
-    exchange_raw(s, &head, body).await
-}
-
-/// Sends `head` and `body` as they are; (status, Connection header, body) of the answer.
-async fn exchange_raw(s: &mut tokio::net::TcpStream, head: &str, body: &[u8]) -> Option<(u16, Option<String>, Vec<u8>)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    // The body may be cut off by a refusal; what matters is whether a response follows.
-    let _ = s.write_all(head.as_bytes()).await;
-    let _ = s.write_all(body).await;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let status = head.split_whitespace().nth(1)?.parse().ok()?;
-            let header = |name: &str| head.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()));
-            let len: usize = header("content-length:")?.parse().ok()?;
-            while buf.len() < end + 4 + len {
-                let n = s.read(&mut chunk).await.ok()?;
-                if n == 0 {
-                    return None;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            return Some((status, header("connection:"), buf[end + 4..end + 4 + len].to_vec()));
-        }
-        let n = s.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
 #[tokio::test]
 async fn http1_refusal_keeps_the_connection_for_modest_bodies() {
     // A refusal answers before reading the body. Over HTTP/1.1 the unread bytes would

@@ -271,3 +271,65 @@ async fn a_cpu_shed_at_an_idle_core_is_admitted_and_counted_but_a_memory_shed_is
     burning.store(true, std::sync::atomic::Ordering::Relaxed);
     w.app.shutdown().await;
 }
+
+/// A held refusal over HTTP/1.1 reads its body away once the hold ends and keeps the
+/// connection, also for a body larger than hyper's 64 KiB read buffer: a client that
+/// retries at once comes back on the same connection, not a new one.
+#[tokio::test]
+async fn a_held_http1_refusal_reads_its_body_away_and_keeps_the_connection() {
+    use tokio::io::AsyncWriteExt;
+    let cg = tempfile::tempdir().unwrap();
+    fixture(cg.path(), 100);
+    let rules = "      default: {drop_min: 0.0, drop_max: 0.0}
+    max_inflight_per_core: 1
+    max_inflight_wait: 0ms
+    hold: {max: 300ms}
+    queue_delay: {enabled: false}
+    slow_start: {enabled: false}
+    burst_damping: {enabled: false}
+    bbr: {enabled: false}";
+    // The fixture's 1000-byte memory limit would make the body budget 250 bytes.
+    let yaml = yaml(cg.path(), rules).replacen("receiver:\n", "receiver:\n  max_body_bytes_in_flight: 10485760\n", 1);
+    assert!(yaml.contains("max_body_bytes_in_flight: 10485760"));
+    let w = start_yaml(&yaml).await;
+    let addr = w.app.http_addr.unwrap();
+    let admitted = || metric_value_or_zero(w.admin(), "weir_throttle_requests_total{protocol=\"http\",record_type=\"traces\",decision=\"allowed\"");
+
+    // One request in flight, the core's only slot: its head and one byte, the rest later.
+    let slow_body = traces("slow", 2, 1).encode_to_vec();
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/traces HTTP/1.1\r\nhost: weir\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n",
+        slow_body.len()
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    slow.write_all(&slow_body[..1]).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while admitted().await < 1.0 {
+        assert!(std::time::Instant::now() < deadline, "the first request was never admitted");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // 300 KB, refused by the in-flight cap and held; then read away and answered on a
+    // connection that stays open.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (status, connection, body) = exchange(&mut s, "-", &vec![7u8; 300_000]).await.expect("a whole answer, not a reset");
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(status, 429, "{text}");
+    assert_eq!(connection, None, "the held refusal keeps its connection");
+    assert!(text.contains("refused by inflight_cap"), "{text}");
+    assert_eq!(metric_value(&w.admin(), "weir_throttle_hold_seconds_count").await, Some(1.0), "the refusal was held");
+
+    // The first request completes; the refused client's next request, on the same
+    // connection, is served.
+    let (status, _, _) = exchange_raw(&mut slow, "", &slow_body[1..]).await.expect("the first request's answer");
+    assert_eq!(status, 200);
+    let (status, connection, _) = exchange(&mut s, "-", &traces("again", 1, 1).encode_to_vec()).await.expect("served on the kept connection");
+    assert_eq!((status, connection), (200, None));
+    assert_eq!(wait_items(&w.data_dir(), "traces", 3).await.len(), 3);
+    w.app.shutdown().await;
+}
+
+async fn metric_value_or_zero(admin: String, prefix: &'static str) -> f64 {
+    metric_value(&admin, prefix).await.unwrap_or(0.0)
+}

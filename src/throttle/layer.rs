@@ -362,7 +362,7 @@ async fn held(
     if req.version() >= axum::http::Version::HTTP_2 {
         return resp;
     }
-    match drain::finish_held(req, resp) {
+    match drain::finish(req, resp) {
         Ok(resp) => resp,
         Err(draining) => draining.await,
     }

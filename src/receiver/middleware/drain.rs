@@ -53,27 +53,22 @@ pub type Draining = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 
 /// The refusal as it should go out: at once (HTTP/2, or HTTP/1.x that cannot be kept), or
 /// after the body has been read away.
-pub fn finish(req: Request<Body>, resp: Response<Body>) -> Result<Response<Body>, Draining> {
-    finish_up_to(req, resp, MAX_BYTES)
-}
-
-/// The largest body read away after a held refusal (`receiver.throttle.hold`). A held
-/// client has pushed at most a socket buffer's worth, and a larger body would be read
-/// for every refusal of a client that retries at once (a 700 KB body costs several
-/// times a new connection); past this the connection is closed instead.
-pub const HELD_MAX_BYTES: u64 = 64 << 10;
-
-/// [`finish`] after a held refusal: only bodies up to [`HELD_MAX_BYTES`] are read away.
-pub fn finish_held(req: Request<Body>, resp: Response<Body>) -> Result<Response<Body>, Draining> {
-    finish_up_to(req, resp, HELD_MAX_BYTES)
-}
-
-fn finish_up_to(req: Request<Body>, mut resp: Response<Body>, max: u64) -> Result<Response<Body>, Draining> {
+///
+/// A held refusal (`receiver.throttle.hold`) ends here too, its body read away like any
+/// other. Closing it instead is dearer for a client that retries at once, though the
+/// body itself is not read: the lingering close throws most of it away in the kernel all
+/// the same, and the retry comes on a new connection whose small receive window makes
+/// weir's core carry the client's sending (on loopback the ACK that opens the window runs
+/// the client's transmit in the reader's context) and whose read buffers start small
+/// again. Keeping the connection took the retry-at-once storm's accepted spans from
+/// 255K to 265-271K/s (burst, 700 KB bodies) and from 105-109K to 114-132K/s
+/// (bigpayload), with a tenth as many new connections (`scripts/bench-storm.sh`).
+pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<Body>, Draining> {
     if req.version() > Version::HTTP_11 || !has_body(&req) {
         return Ok(resp);
     }
     let slot = match super::declared_len(&req) {
-        Some(n) if n <= max => Slot::take(),
+        Some(n) if n <= MAX_BYTES => Slot::take(),
         _ => None,
     };
     let stamp = req.extensions().get::<RxStamp>().cloned();
