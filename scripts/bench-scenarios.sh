@@ -114,6 +114,9 @@ run_scenario() { # name throttle(true|false) concurrency [rate]
   ) &
   "${CLIENT_RUN[@]}" "$LOADGEN" "${TARGET[@]}" "${load[@]}" -d "$PHASE" $EXTRA \
     -metrics-url http://127.0.0.1:8888/metrics -json "$OUT/$name.json" -report "$OUT/$name.svg" | tee "$OUT/$name.txt"
+  # New connections weir took during the run: clients that keep theirs take one each.
+  local conns
+  conns=$(curl -s http://127.0.0.1:8888/metrics | awk '/^weir_receiver_connections_accepted_total\{server="(http|grpc)"\}/ { n += $2 } END { print n + 0 }')
   local oom peak
   if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
     oom=$(awk '$1=="oom_kill" {print $2}' "$(cg_file memory memory.events memory.events)" 2>/dev/null || echo 0)
@@ -129,7 +132,7 @@ run_scenario() { # name throttle(true|false) concurrency [rate]
   cpu_peak=$(sort -n "$WORK/cpu-$name.txt" | tail -1 | awk '{print $1}')
   # Per second from loadgen's start: weir's CPU (per cent of one core) and memory.
   cp "$WORK/cpu-$name.txt" "$OUT/$name.cpu.txt"
-  echo "{\"oom_kills\": ${oom:-0}, \"restarts\": $(cat "$WORK/restarts-$name"), \"peak_mem_bytes\": ${peak:-0}, \"cpu_peak_pct\": ${cpu_peak:-0}, \"throttle\": $throttle, \"c\": $c, \"rate\": ${rate:-0}}" > "$OUT/$name.cgroup.json"
+  echo "{\"oom_kills\": ${oom:-0}, \"restarts\": $(cat "$WORK/restarts-$name"), \"peak_mem_bytes\": ${peak:-0}, \"cpu_peak_pct\": ${cpu_peak:-0}, \"connections_accepted\": ${conns:-0}, \"throttle\": $throttle, \"c\": $c, \"rate\": ${rate:-0}}" > "$OUT/$name.cgroup.json"
   scripts/run-in-cgroup.sh --remove "weir-bench-$$"
   sleep 1
 }

@@ -55,14 +55,12 @@ pub type Draining = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 /// after the body has been read away.
 ///
 /// A held refusal (`receiver.throttle.hold`) ends here too, its body read away like any
-/// other. Closing it instead is dearer for a client that retries at once, though the
-/// body itself is not read: the lingering close throws most of it away in the kernel all
-/// the same, and the retry comes on a new connection whose small receive window makes
-/// weir's core carry the client's sending (on loopback the ACK that opens the window runs
-/// the client's transmit in the reader's context) and whose read buffers start small
-/// again. Keeping the connection took the retry-at-once storm's accepted spans from
-/// 255K to 265-271K/s (burst, 700 KB bodies) and from 105-109K to 114-132K/s
-/// (bigpayload), with a tenth as many new connections (`scripts/bench-storm.sh`).
+/// other. Closing it instead reads nothing itself, but the lingering close throws most of
+/// the body away in the kernel all the same, and a client that retries at once comes back
+/// on a new connection: in the retry-at-once storm weir took 18-19K new connections in a
+/// run that way and 1.6-1.7K keeping them, at the same accepted rate on loopback
+/// (`bench/results/2026-12-03/ab-held-readaway/`). A new connection costs more where
+/// there is TLS, a load balancer or a NAT table in between.
 pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<Body>, Draining> {
     if req.version() > Version::HTTP_11 || !has_body(&req) {
         return Ok(resp);
