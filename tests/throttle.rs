@@ -293,7 +293,8 @@ async fn a_held_http1_refusal_reads_its_body_away_and_keeps_the_connection() {
     assert!(yaml.contains("max_body_bytes_in_flight: 10485760"));
     let w = start_yaml(&yaml).await;
     let addr = w.app.http_addr.unwrap();
-    let admitted = || metric_value_or_zero(w.admin(), "weir_throttle_requests_total{protocol=\"http\",record_type=\"traces\",decision=\"allowed\"");
+    let admitted =
+        || metric_value_or_zero(w.admin(), "weir_throttle_requests_total{protocol=\"http\",record_type=\"traces\",decision=\"allowed\"");
 
     // One request in flight, the core's only slot: its head and one byte, the rest later.
     let slow_body = traces("slow", 2, 1).encode_to_vec();
@@ -324,7 +325,8 @@ async fn a_held_http1_refusal_reads_its_body_away_and_keeps_the_connection() {
     // connection, is served.
     let (status, _, _) = exchange_raw(&mut slow, "", &slow_body[1..]).await.expect("the first request's answer");
     assert_eq!(status, 200);
-    let (status, connection, _) = exchange(&mut s, "-", &traces("again", 1, 1).encode_to_vec()).await.expect("served on the kept connection");
+    let (status, connection, _) =
+        exchange(&mut s, "-", &traces("again", 1, 1).encode_to_vec()).await.expect("served on the kept connection");
     assert_eq!((status, connection), (200, None));
     assert_eq!(wait_items(&w.data_dir(), "traces", 3).await.len(), 3);
     w.app.shutdown().await;
