@@ -120,9 +120,10 @@ h2load_args() {
   esac
 }
 
-# run_once NAME PROTO BODY N EXTRA_H2LOAD_ARGS -> "spans cpu_s wall_s rss_kb http_2xx refused mean max sys_s"
+# run_once NAME PROTO BODY N EXTRA_H2LOAD_ARGS -> "spans cpu_s wall_s rss_kb http_2xx refused mean max sys_s answered"
 # (spans: weir's accepted counter; refused: weir's refused-request counter, which also
-# sees gRPC refusals that travel as HTTP 200 with a grpc-status).
+# sees gRPC refusals that travel as HTTP 200 with a grpc-status; answered: requests
+# h2load got a status for, of any class).
 run_once() {
   local name=$1 proto=$2 body=$3 n=$4 extra=${5:-} pid admin http grpc t0 t1 a0 a1 r0 r1 out
   eval "pid=\$${name}_PID admin=\$${name}_ADMIN http=\$${name}_HTTP grpc=\$${name}_GRPC"
@@ -137,13 +138,14 @@ run_once() {
   t1=$(cpu_ticks "$pid") s1=$(sys_ticks "$pid")
   a1=$(metric "$admin" '^weir_items_accepted_total')
   r1=$(metric "$admin" '^weir_receiver_requests_rejected_total')
-  local rss wall ok2xx mean max
+  local rss wall ok2xx mean max answered
   rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
   wall=$(echo "$out" | awk '/^finished in/ {v=$3; sub(/,$/, "", v); if (v ~ /ms$/) {sub(/ms$/, "", v); v = v / 1000} else sub(/s$/, "", v); print v}')
   ok2xx=$(echo "$out" | awk '/^status codes:/ {gsub(",", ""); print $3}')
+  answered=$(echo "$out" | awk '/^status codes:/ {gsub(",", ""); print $3 + $5 + $7 + $9}')
   mean=$(echo "$out" | awk '/^time for request:/ {print $6}')
   max=$(echo "$out" | awk '/^time for request:/ {print $5}')
-  echo "$((a1 - a0)) $(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" 'BEGIN {printf "%.3f", t / hz}') $wall $rss $ok2xx $((r1 - r0)) $mean $max $(awk -v t=$((s1 - s0)) -v hz="$CLK_TCK" 'BEGIN {printf "%.3f", t / hz}')"
+  echo "$((a1 - a0)) $(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" 'BEGIN {printf "%.3f", t / hz}') $wall $rss $ok2xx $((r1 - r0)) $mean $max $(awk -v t=$((s1 - s0)) -v hz="$CLK_TCK" 'BEGIN {printf "%.3f", t / hz}') ${answered:-0}"
 }
 
 # median_range VALUES... -> "median (min–max)"
@@ -328,31 +330,39 @@ TINY_N=$((REJ_N * 5))
 # build decodes slowly).
 ACC_N=$REJ_N
 [ -n "${SMOKE:-}" ] && ACC_N=600
-# cost_per_request NAME PROTO BODY EXTRA N -> "median-µs min-µs max-µs fewest-ok fewest-refused median-kernel-µs longest-wall-s"
+# cost_per_request NAME PROTO BODY EXTRA N -> "median-µs min-µs max-µs fewest-ok fewest-refused median-kernel-µs longest-wall-s unaccounted"
 # over $RUNS runs of N requests after a warm-up (a single run swung by a third between
-# runs on this machine).
+# runs on this machine). unaccounted: the most requests of one run that got no answer, or
+# (over HTTP, where a refusal is a 4xx or 5xx) were neither a 2xx nor counted refused by
+# weir; over gRPC every answer, refusals too, is an HTTP 200.
 cost_per_request() {
-  local acc cpu wall peak ok refused mean max sys n=$5 us=() ks=() min_ok= min_ref= max_wall=0
+  local acc cpu wall peak ok refused mean max sys answered miss n=$5 us=() ks=() min_ok= min_ref= max_wall=0 worst=0
   run_once "$1" "$2" "$3" $((n / 5)) "$4" > /dev/null
   for _ in $(seq 1 "$RUNS"); do
-    read -r acc cpu wall peak ok refused mean max sys <<< "$(run_once "$1" "$2" "$3" "$n" "$4")"
+    read -r acc cpu wall peak ok refused mean max sys answered <<< "$(run_once "$1" "$2" "$3" "$n" "$4")"
+    if [ "$2" = grpc ]; then miss=$((n - answered)); else miss=$((n - ok - refused)); fi
+    miss=${miss#-}
+    [ "$((n - answered))" -gt "$miss" ] && miss=$((n - answered))
+    [ "$miss" -gt "$worst" ] && worst=$miss
     us+=("$(awk -v c="$cpu" -v n="$n" 'BEGIN {printf "%.1f", c / n * 1e6}')")
     ks+=("$(awk -v c="$sys" -v n="$n" 'BEGIN {printf "%.1f", c / n * 1e6}')")
     [ -z "$min_ok" ] || [ "$ok" -lt "$min_ok" ] && min_ok=$ok
     [ -z "$min_ref" ] || [ "$refused" -lt "$min_ref" ] && min_ref=$refused
     max_wall=$(awk -v a="$max_wall" -v b="$wall" 'BEGIN {print (b > a) ? b : a}')
   done
-  echo "$(spread "${us[@]}") $min_ok $min_ref $(middle "${ks[@]}") $max_wall"
+  echo "$(spread "${us[@]}") $min_ok $min_ref $(middle "${ks[@]}") $max_wall $worst"
 }
 # row LABEL MEDIAN LO HI KERNEL -> a refusal table row, as a share of the accepted request
 row() {
   awk -v l="$1" -v u="$2" -v lo="$3" -v hi="$4" -v k="$5" -v a="$acc_us" 'BEGIN {v = u; lt = sub(/^</, "", v); printf "| %s | %s (%s–%s) | %s | %s%.1f%% |", l, u, lo, hi, k, lt ? "<" : "", 100 * v / a}'
 }
-read -r acc_us acc_lo acc_hi acc_ok _ acc_kernel _ <<< "$(cost_per_request quota h2c 512x10 "-H x-bk-token:ok" "$ACC_N")"
+read -r acc_us acc_lo acc_hi acc_ok _ acc_kernel _ _ <<< "$(cost_per_request quota h2c 512x10 "-H x-bk-token:ok" "$ACC_N")"
 [ "$acc_ok" -eq "$ACC_N" ] || { echo "accepted only $acc_ok of $ACC_N" >&2; exit 1; }
 refusal() { # refusal LABEL NAME PROTO BODY EXTRA [N]
-  local us lo hi ok refused kernel wall grants n=${6:-$REJ_N}
-  read -r us lo hi ok refused kernel wall <<< "$(cost_per_request "$2" "$3" "$4" "$5" "$n")"
+  local us lo hi ok refused kernel wall lost grants n=${6:-$REJ_N}
+  read -r us lo hi ok refused kernel wall lost <<< "$(cost_per_request "$2" "$3" "$4" "$5" "$n")"
+  # Every request of every run answered, and each either granted or refused.
+  [ "${lost:-x}" = 0 ] || { echo "$1: $lost of $n requests in one run neither granted nor refused" >&2; exit 1; }
   # The quota grants one request per second (burst 1), so a run of W seconds may see up
   # to ceil(W) + 1 successes (a debug build's HTTP/1.1 run, reading every body away, takes
   # several seconds), plus one of slack for the second the run started in.
