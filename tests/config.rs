@@ -150,7 +150,7 @@ fn every_rule_names_its_key() {
         ("exporters: [{type: blackhole}]\nreload: {watch: true}", "watch"),
         (
             "exporters: [{type: blackhole}]\nreceiver: {throttle: {hold: {return_ratio: 0}}}",
-            "receiver.throttle.hold.return_ratio: must be in [0.1, 100]",
+            "receiver.throttle.hold.return_ratio: must be in [0.01, 100]",
         ),
         ("exporters: [{type: blackhole}]\nreceiver: {throttle: {hold: {max: 2m}}}", "receiver.throttle.hold.max"),
         (
