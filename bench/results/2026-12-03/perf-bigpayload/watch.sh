@@ -1,0 +1,9 @@
+#!/bin/bash
+# perf-records weir's process during the bigpayload phase of each scenario.
+for s in "$@"; do
+  pid=""
+  until [ -n "$pid" ]; do pid=$(pgrep -f "weir --config .*weir-$s.yaml" | while read p; do [ "$(cat /proc/$p/comm)" = weir ] && echo $p; done | head -1); sleep 0.05; done
+  sleep 32
+  taskset -c 0 perf record -F 997 -p $pid -o /work/perf-ad/$s.data -- sleep 10 2>/work/perf-ad/$s.perf.log
+  while kill -0 $pid 2>/dev/null; do sleep 0.2; done
+done
