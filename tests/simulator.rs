@@ -13,8 +13,18 @@ fn scenarios_meet_their_bounds() {
         let name = s.name;
         if let Some(g) = o.goodput_under_overload {
             // A refusal that costs 30% of a request (an HTTP/1.1 body received for
-            // nothing) is paid about once per two completions even when held: 80%.
-            let bound = if name == "retry storm, costly refusals" { 0.80 } else { 0.90 };
+            // nothing) is paid about once per two completions even when held: 80%. With
+            // cheap refusals the plant idles a point more between held returns at the
+            // default return_ratio 0.1 than at 0.25 (89.6% against 90.7%, every seed
+            // within 0.2 points) and gains three with costly ones (87.2% against 84.0%);
+            // on the real storm 0.1 was ahead over every protocol, gRPC (cheap refusals)
+            // most (`bench/results/2026-12-03/ab-return-ratio/`), so the model's bound
+            // for cheap refusals is 89%.
+            let bound = match name {
+                "retry storm, costly refusals" => 0.80,
+                "retry storm, cheap refusals" => 0.89,
+                _ => 0.90,
+            };
             assert!(g >= bound, "{name}: goodput under overload {g:.3} < {bound} of capacity");
         }
         assert!(
