@@ -24,6 +24,16 @@ fn defaults_fill_in() {
     assert_eq!((t.signal.cpu_slow_beta, t.signal.cpu_fast_beta, t.signal.fallback_cores), (0.95, 0.7, 0.0));
     assert_eq!((t.thresholds.cpu.enter, t.thresholds.cpu.exit, t.thresholds.cpu.hard, t.thresholds.cpu.breach_n), (0.80, 0.70, 0.90, 3));
     assert_eq!((t.thresholds.mem.enter, t.thresholds.mem.exit, t.thresholds.mem.hard, t.thresholds.mem.breach_n), (0.85, 0.78, 0.92, 1));
+    assert_eq!((t.hold.max, t.hold.return_ratio, t.hold.max_held), (std::time::Duration::from_secs(5), 0.1, 1024));
+}
+
+#[test]
+fn hold_return_ratio_may_go_below_the_default_down_to_a_hundredth() {
+    let ratio =
+        |r: &str| Config::from_yaml(&format!("exporters: [{{type: blackhole}}]\nreceiver: {{throttle: {{hold: {{return_ratio: {r}}}}}}}"));
+    assert_eq!(ratio("0.05").unwrap().receiver.throttle.hold.return_ratio, 0.05);
+    assert_eq!(ratio("0.01").unwrap().receiver.throttle.hold.return_ratio, 0.01);
+    assert!(ratio("0.009").expect_err("below 0.01").to_string().contains("hold.return_ratio: must be in [0.01, 100]"));
 }
 
 #[test]

@@ -198,8 +198,8 @@ impl HoldConfig {
 
 impl Default for HoldConfig {
     fn default() -> Self {
-        // A refusal of a large HTTP/1.1 body costs about what accepting it does (the body
-        // is read away), so held clients come back at a tenth of the completion rate, and
+        // A refused large HTTP/1.1 body must still be read away, so held clients come back
+        // at a tenth of the completion rate, and
         // weir answers held refusals early when a core is free (see
         // `throttle::release_when_idle`), so a low ratio does not leave a core idle: in the
         // retry-at-once storm (c=512, 600 KB bodies) 0.5 and 2 s left 300 refusals a
