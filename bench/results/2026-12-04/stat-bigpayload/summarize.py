@@ -23,7 +23,8 @@ keys = ['task-clock', 'context-switches', 'page-faults', 'raw_syscalls:sys_enter
         'syscalls:sys_enter_recvfrom', 'syscalls:sys_enter_sendmsg', 'syscalls:sys_enter_writev', 'syscalls:sys_enter_write',
         'syscalls:sys_enter_epoll_wait', 'syscalls:sys_enter_futex', 'syscalls:sys_enter_madvise', 'syscalls:sys_enter_mmap',
         'syscalls:sys_enter_munmap', 'syscalls:sys_enter_accept4']
-print('| run | ok req (10 s) | refused | ' + ' | '.join(k.split(':')[-1].replace('sys_enter_', '') for k in keys) + ' | core 1 user / sys / softirq % |')
+names = ['CPU us'] + [k.split(':')[-1].replace('sys_enter_', '') for k in keys[1:]]
+print('| run | ok req (10 s) | refused | ' + ' | '.join(names) + ' | core 1 user / sys / softirq % |')
 print('|' + '---|' * (len(keys) + 4))
 for name, ok, ref, ev, dp, tot in rows:
     per = [ev.get(k, 0) / max(ok, 1) for k in keys]
