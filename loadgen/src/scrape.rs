@@ -1,4 +1,6 @@
-//! Scrapes weir's /metrics once a second: water levels, throttle states, process memory.
+//! Scrapes weir's /metrics once a second: water levels, throttle states, and the gauges and
+//! counters that show what the throttle did in that second (refusals held, admissions and
+//! refusals by reason, queued bytes, open connections).
 
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -10,7 +12,15 @@ pub struct Sample {
     pub levels: BTreeMap<String, f64>,
     /// `weir_throttle_state{record_type}`.
     pub states: BTreeMap<String, f64>,
+    /// Selected gauges: `weir_throttle_refusals_held`, `weir_pipeline_queue_bytes`,
+    /// `weir_receiver_connections` (each summed over its labels).
+    pub gauges: BTreeMap<String, f64>,
+    /// `weir_throttle_requests_total` by `decision/reason`, summed over the other labels,
+    /// and `weir_receiver_connections_closed_total` (cumulative, as scraped).
+    pub counters: BTreeMap<String, f64>,
 }
+
+const GAUGES: [&str; 3] = ["weir_throttle_refusals_held", "weir_pipeline_queue_bytes", "weir_receiver_connections"];
 
 /// Parses the lines of interest from a Prometheus text page.
 pub fn parse(t: f64, text: &str) -> Sample {
@@ -31,6 +41,17 @@ pub fn parse(t: f64, text: &str) -> Sample {
             s.levels.insert(kind, v);
         } else if let Some(rt) = label("weir_throttle_state{", "record_type") {
             s.states.insert(rt, v);
+        } else if let (Some(d), Some(r)) =
+            (label("weir_throttle_requests_total{", "decision"), label("weir_throttle_requests_total{", "reason"))
+        {
+            *s.counters.entry(format!("{d}/{r}")).or_default() += v;
+        } else {
+            let name = series.split_once('{').map_or(series, |(n, _)| n);
+            if GAUGES.contains(&name) {
+                *s.gauges.entry(name.to_string()).or_default() += v;
+            } else if name == "weir_receiver_connections_closed_total" {
+                *s.counters.entry(name.to_string()).or_default() += v;
+            }
         }
     }
     s
@@ -44,5 +65,17 @@ mod tests {
         let s = super::parse(2.0, text);
         assert_eq!(s.levels["cpu_slow"], 0.5);
         assert_eq!(s.states["traces"], 1.0);
+    }
+
+    #[test]
+    fn sums_requests_by_reason_and_picks_gauges() {
+        let text = "weir_throttle_requests_total{protocol=\"http\",record_type=\"traces\",decision=\"denied\",reason=\"bbr\"} 4\n\
+                    weir_throttle_requests_total{protocol=\"grpc\",record_type=\"logs\",decision=\"denied\",reason=\"bbr\"} 3\n\
+                    weir_throttle_refusals_held 7\nweir_pipeline_queue_bytes{pipeline=\"traces\"} 100\nweir_other 1\n";
+        let s = super::parse(1.0, text);
+        assert_eq!(s.counters["denied/bbr"], 7.0);
+        assert_eq!(s.gauges["weir_throttle_refusals_held"], 7.0);
+        assert_eq!(s.gauges["weir_pipeline_queue_bytes"], 100.0);
+        assert!(!s.gauges.contains_key("weir_other"));
     }
 }
