@@ -25,6 +25,7 @@ pub struct Args {
     pub max_requests: u64,
     pub respect_retry_after: bool,
     pub http2: bool,
+    pub keep_connections: bool,
 }
 
 pub const USAGE: &str = "usage: loadgen [flags]   (single or double dash; `-flag value` or `-flag=value`)
@@ -52,7 +53,12 @@ pub const USAGE: &str = "usage: loadgen [flags]   (single or double dash; `-flag
   -respect-retry-after   closed loop: after a 429/503 with Retry-After (or RESOURCE_EXHAUSTED /
                          UNAVAILABLE with RetryInfo) the worker waits that long, plus up to
                          half again (jitter), as OTLP SDK exporters do (default off: the
-                         seed's loop retries at once)";
+                         seed's loop retries at once)
+  -keep-connections      one client (one connection pool) for the whole run, and a phase's
+                         requests still unanswered at its end are let finish (not counted)
+                         before the next phase starts, as long-lived exporters behave; default
+                         off: each phase opens new connections and cancels what is in flight,
+                         as if every client restarted at the phase edge";
 
 fn duration(s: &str) -> Result<Duration> {
     let s = s.trim();
@@ -90,6 +96,7 @@ impl Args {
             max_requests: 0,
             respect_retry_after: false,
             http2: false,
+            keep_connections: false,
         };
         let mut it = raw.into_iter().peekable();
         while let Some(arg) = it.next() {
@@ -110,6 +117,10 @@ impl Args {
             }
             if name == "http2" {
                 a.http2 = inline.as_deref().is_none_or(|v| v != "false");
+                continue;
+            }
+            if name == "keep-connections" {
+                a.keep_connections = inline.as_deref().is_none_or(|v| v != "false");
                 continue;
             }
             if name == "respect-retry-after" {
@@ -183,5 +194,8 @@ mod tests {
         assert!(parse("-phases warmup,nap").is_err());
         assert!(parse("-bogus 1").is_err());
         assert_eq!(parse("-protocol grpc").unwrap().url, "http://127.0.0.1:4317");
+        assert!(!parse("").unwrap().keep_connections);
+        assert!(parse("-keep-connections").unwrap().keep_connections);
+        assert!(!parse("-keep-connections=false").unwrap().keep_connections);
     }
 }

@@ -165,9 +165,18 @@ fn jitter(i: usize) -> f64 {
     ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
 }
 
-async fn run_phase(a: Arc<Args>, p: &Phase, stop: Arc<AtomicBool>, run_start: Instant) -> Result<(PhaseResult, Vec<Second>)> {
+async fn run_phase(
+    a: Arc<Args>,
+    p: &Phase,
+    shared: Option<&Client>,
+    stop: Arc<AtomicBool>,
+    run_start: Instant,
+) -> Result<(PhaseResult, Vec<Second>)> {
     let bodies = Arc::new(bodies(&a, p)?);
-    let client = client(&a).await?;
+    let client = match shared {
+        Some(c) => c.clone(),
+        None => client(&a).await?,
+    };
     let start = Instant::now();
     let deadline = start + a.phase_duration;
     let stats = Arc::new(PhaseStats::new(p.name, p.spans as u64, run_start.elapsed().as_secs()));
@@ -211,8 +220,19 @@ async fn run_phase(a: Arc<Args>, p: &Phase, stop: Arc<AtomicBool>, run_start: In
                     // A request still unanswered when the phase ends is cancelled and not
                     // counted: the phase is measured over its own length, not stretched
                     // by answers that come later (a held refusal, a stalled server).
-                    let Ok((outcome, retry)) = tokio::time::timeout_at(deadline.into(), send(&a, &client, &bodies, i)).await else {
-                        break;
+                    // With -keep-connections it is let finish instead (its connection
+                    // stays for the next phase) and not counted either.
+                    let (outcome, retry) = if a.keep_connections {
+                        let r = send(&a, &client, &bodies, i).await;
+                        if Instant::now() >= deadline {
+                            break;
+                        }
+                        r
+                    } else {
+                        let Ok(r) = tokio::time::timeout_at(deadline.into(), send(&a, &client, &bodies, i)).await else {
+                            break;
+                        };
+                        r
                     };
                     stats.record(run_start.elapsed().as_secs(), outcome, t0.elapsed());
                     i += 1;
@@ -228,13 +248,18 @@ async fn run_phase(a: Arc<Args>, p: &Phase, stop: Arc<AtomicBool>, run_start: In
             }));
         }
     }
+    // Closed loop with -keep-connections: requests unanswered at the deadline may finish
+    // (bounded by the request timeout) after the phase, whose length stays what was measured.
+    let late = a.keep_connections && a.rate == 0.0;
+    let join_by = if late { deadline + a.timeout } else { deadline };
     for t in tasks {
         let abort = t.abort_handle();
-        if tokio::time::timeout_at(deadline.into(), t).await.is_err() {
+        if tokio::time::timeout_at(join_by.into(), t).await.is_err() {
             abort.abort();
         }
     }
-    Ok(stats.finish(p.concurrency, start.elapsed()))
+    let elapsed = if late { start.elapsed().min(a.phase_duration) } else { start.elapsed() };
+    Ok(stats.finish(p.concurrency, elapsed))
 }
 
 #[tokio::main]
@@ -282,11 +307,14 @@ async fn main() -> Result<()> {
     ];
     let mut results = Vec::new();
     let mut seconds = Vec::new();
+    let shared = if a.keep_connections { Some(client(&a).await?) } else { None };
     for p in all.iter().filter(|p| a.phases.iter().any(|n| n == p.name)) {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let (r, s) = run_phase(Arc::clone(&a), p, Arc::clone(&stop), run_start).await.with_context(|| format!("phase {}", p.name))?;
+        let (r, s) = run_phase(Arc::clone(&a), p, shared.as_ref(), Arc::clone(&stop), run_start)
+            .await
+            .with_context(|| format!("phase {}", p.name))?;
         r.print();
         results.push(r);
         seconds.extend(s);
