@@ -125,6 +125,10 @@ run_scenario() { # name throttle(true|false) concurrency [rate]
     oom=$(awk '$1=="oom_kill" {print $2}' "$(cg_file memory x memory.oom_control)" 2>/dev/null || echo 0)
     peak=$(cat "$(cg_file memory x memory.max_usage_in_bytes)" 2>/dev/null || echo 0)
   fi
+  # Socket buffers: under v2 they are inside memory.peak already; v1 counts them apart
+  # (scripts/run-in-cgroup.sh switches that count on). 0 where neither says.
+  local sock_peak=0
+  [ -f /sys/fs/cgroup/cgroup.controllers ] || sock_peak=$(cat "$(cg_file memory x memory.kmem.tcp.max_usage_in_bytes)" 2>/dev/null || echo 0)
   touch "$WORK/stop"
   for p in $(cat "$(cg_file memory cgroup.procs cgroup.procs)" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
   wait "$sup" 2>/dev/null || true
@@ -132,7 +136,7 @@ run_scenario() { # name throttle(true|false) concurrency [rate]
   cpu_peak=$(sort -n "$WORK/cpu-$name.txt" | tail -1 | awk '{print $1}')
   # Per second from loadgen's start: weir's CPU (per cent of one core) and memory.
   cp "$WORK/cpu-$name.txt" "$OUT/$name.cpu.txt"
-  echo "{\"oom_kills\": ${oom:-0}, \"restarts\": $(cat "$WORK/restarts-$name"), \"peak_mem_bytes\": ${peak:-0}, \"cpu_peak_pct\": ${cpu_peak:-0}, \"connections_accepted\": ${conns:-0}, \"throttle\": $throttle, \"c\": $c, \"rate\": ${rate:-0}}" > "$OUT/$name.cgroup.json"
+  echo "{\"oom_kills\": ${oom:-0}, \"restarts\": $(cat "$WORK/restarts-$name"), \"peak_mem_bytes\": ${peak:-0}, \"peak_socket_bytes\": ${sock_peak:-0}, \"cpu_peak_pct\": ${cpu_peak:-0}, \"connections_accepted\": ${conns:-0}, \"throttle\": $throttle, \"c\": $c, \"rate\": ${rate:-0}}" > "$OUT/$name.cgroup.json"
   scripts/run-in-cgroup.sh --remove "weir-bench-$$"
   sleep 1
 }

@@ -126,7 +126,10 @@ for run in runs:
     ooms = sum(c["oom_kills"] for _, _, c in passes)
     restarts = sum(c["restarts"] for _, _, c in passes)
     peak = max(int(c["peak_mem_bytes"]) for _, _, c in passes) // 1048576
-    lines += ["", f"D: {ooms} OOM kills, {restarts} restarts, memory peak {peak} MiB" + (f" (over {n} passes)." if n > 1 else "."), ""]
+    sock = max(int(c.get("peak_socket_bytes", 0)) for _, _, c in passes) // 1048576
+    # cgroup v1 counts socket buffers apart from memory.max_usage_in_bytes (v2 includes them).
+    sock_note = f"; its sockets' buffers peaked at {sock} MiB, which cgroup v1 counts apart and v2 would add" if sock else ""
+    lines += ["", f"D: {ooms} OOM kills, {restarts} restarts, memory peak {peak} MiB{sock_note}" + (f" (over {n} passes)." if n > 1 else "."), ""]
 open(os.path.join(out, "storm.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -167,6 +167,10 @@ fn every_rule_names_its_key() {
             "exporters: [{type: blackhole}]\nreceiver: {throttle: {max_inflight_queue_per_core: -1}}",
             "receiver.throttle.max_inflight_queue_per_core",
         ),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {grpc_server: {connections: {receive_buffer: 4096}}}",
+            "receiver.grpc_server.connections.receive_buffer: must be 0 (the kernel's default) or between 65536",
+        ),
     ];
     for (yaml, want) in cases {
         let e = err(yaml);

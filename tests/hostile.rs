@@ -631,6 +631,44 @@ async fn the_listen_backlog_is_what_the_config_says() {
     }
 }
 
+/// `connections.receive_buffer` is the receive buffer of every connection weir accepts
+/// (`ss -m` shows the kernel's doubled figure as `rb`), on both servers; the default
+/// leaves the kernel's own (its `net.ipv4.tcp_rmem` default, which it grows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_receive_buffer_is_what_the_config_says() {
+    let yaml = TIGHT.replace("http2_keepalive_timeout: 500ms}", "http2_keepalive_timeout: 500ms, receive_buffer: 131072}");
+    assert_eq!(yaml.matches("receive_buffer: 131072").count(), 2);
+    let rb = |port: &str| {
+        let out = std::process::Command::new("ss")
+            .args(["-tmnH", "state", "established", &format!("sport = :{port}")])
+            .output()
+            .expect("ss (iproute2) runs");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let rb = text.split([',', '(', ')']).find_map(|f| f.strip_prefix("rb")).and_then(|v| v.parse::<u64>().ok());
+        (rb, text)
+    };
+    let default_rb: u64 =
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem").unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    for (yaml, want) in [(yaml.as_str(), 262_144), (TIGHT, default_rb)] {
+        let weir = start_weir_plain(yaml, 20, None).await;
+        for url in [&weir.http, &weir.grpc] {
+            let addr = url.trim_start_matches("http://").to_string();
+            let port = addr.rsplit(':').next().unwrap().to_string();
+            let _open = TcpStream::connect(&addr).unwrap();
+            let mut seen = None;
+            for _ in 0..50 {
+                seen = Some(rb(&port));
+                if seen.as_ref().is_some_and(|(rb, _)| rb.is_some()) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let (got, text) = seen.unwrap();
+            assert_eq!(got, Some(want), "accepted connection on {port}: {text}");
+        }
+    }
+}
+
 /// Over HTTP/1.1 too: with the body budget taken by a request still arriving, another
 /// that declares more than is left gets 503 and its retry delay before its body is read,
 /// and the client reads that whole answer (the body is read away, not reset).

@@ -161,6 +161,13 @@ pub struct ConnectionConfig {
     /// The listen backlog: connections the kernel completes and queues before weir
     /// accepts them (the kernel caps it at `net.core.somaxconn`).
     pub listen_backlog: u32,
+    /// `SO_RCVBUF` of every accepted connection, in bytes (set on the listening socket,
+    /// which they inherit); 0 = the kernel's default, which it grows as weir reads
+    /// (`net.ipv4.tcp_rmem`). Bytes a client sent that weir has not read wait there:
+    /// with this set, at most about twice the value per connection (the kernel doubles it
+    /// for bookkeeping and caps it at `net.core.rmem_max`), and cgroup v2 counts them as
+    /// the container's memory.
+    pub receive_buffer: u32,
 }
 
 impl Default for ConnectionConfig {
@@ -172,9 +179,15 @@ impl Default for ConnectionConfig {
             http2_keepalive_interval: Duration::from_secs(30),
             http2_keepalive_timeout: Duration::from_secs(10),
             listen_backlog: 4096,
+            receive_buffer: 0,
         }
     }
 }
+
+/// The least `receive_buffer` other than 0 (see its validation).
+pub const MIN_RECEIVE_BUFFER: u32 = 64 * 1024;
+/// The most: the kernel's own ceiling for receive buffers is set in the same range.
+pub const MAX_RECEIVE_BUFFER: u32 = 64 * 1024 * 1024;
 
 impl ConnectionConfig {
     fn validate(&self, server: &str) -> Result<(), ConfigError> {
@@ -190,6 +203,14 @@ impl ConnectionConfig {
         }
         if self.listen_backlog == 0 {
             return Err(ConfigError::invalid(key("listen_backlog"), "must be > 0"));
+        }
+        // Below a few of loopback's 64 KiB segments the kernel stops reopening the window
+        // after a read and the client waits for its zero-window probes (200 ms and up).
+        if self.receive_buffer != 0 && !(MIN_RECEIVE_BUFFER..=MAX_RECEIVE_BUFFER).contains(&self.receive_buffer) {
+            return Err(ConfigError::invalid(
+                key("receive_buffer"),
+                format!("must be 0 (the kernel's default) or between {MIN_RECEIVE_BUFFER} and {MAX_RECEIVE_BUFFER} bytes"),
+            ));
         }
         Ok(())
     }

@@ -136,18 +136,35 @@ impl<'a> Listen<'a> {
     }
 }
 
-/// Binds `endpoint` with a listen backlog of `backlog`.
-async fn bind(endpoint: &str, backlog: u32) -> io::Result<TcpListener> {
+/// Binds `endpoint` with a listen backlog of `backlog`; `receive_buffer` (0: the
+/// kernel's) is inherited by every accepted connection.
+async fn bind(endpoint: &str, backlog: u32, receive_buffer: u32) -> io::Result<TcpListener> {
     let mut last = None;
     for addr in tokio::net::lookup_host(endpoint).await? {
         let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
         socket.set_reuseaddr(true)?;
+        if receive_buffer > 0 {
+            socket.set_recv_buffer_size(receive_buffer)?;
+        }
         match socket.bind(addr).and_then(|()| socket.listen(backlog)) {
             Ok(l) => return Ok(l),
             Err(e) => last = Some(e),
         }
     }
     Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::AddrNotAvailable, "the address resolves to nothing")))
+}
+
+/// `SO_RCVBUF` of a socket as the kernel reports it (twice what was asked), 0 on error.
+pub(crate) fn receive_buffer_of(fd: std::os::fd::RawFd) -> i64 {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a socket fd, and an out value and length of a c_int's size.
+    let rc = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, (&mut v as *mut libc::c_int).cast(), &mut len) };
+    if rc == 0 {
+        v.into()
+    } else {
+        0
+    }
 }
 
 /// The open connections of one server, for choosing one to close at the cap.
@@ -184,11 +201,23 @@ impl Open {
 /// Binds `listen.endpoint` and serves `app` until shut down.
 pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, ServerError> {
     let Listen { name, endpoint, tls, max_conns, h2_stream_window, tracker, connections, http1 } = listen;
-    let listener = bind(endpoint, connections.listen_backlog).await.map_err(|source| ServerError::Bind {
+    let listener = bind(endpoint, connections.listen_backlog, connections.receive_buffer).await.map_err(|source| ServerError::Bind {
         name,
         endpoint: endpoint.to_string(),
         source,
     })?;
+    if connections.receive_buffer > 0 {
+        // The kernel caps what it grants at net.core.rmem_max, without an error.
+        let granted = receive_buffer_of(std::os::fd::AsRawFd::as_raw_fd(&listener));
+        if granted < 2 * connections.receive_buffer as i64 {
+            tracing::warn!(
+                server = name,
+                asked = connections.receive_buffer,
+                granted,
+                "receive_buffer is above net.core.rmem_max; the kernel granted less"
+            );
+        }
+    }
     let local_addr = listener.local_addr().map_err(|source| ServerError::Bind { name, endpoint: endpoint.to_string(), source })?;
     if !super::rxstamp::enable_on_listener(&listener) {
         tracing::warn!(server = name, "the kernel gives no receive timestamps: the queue-delay layer sees no waits");
