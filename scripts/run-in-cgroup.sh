@@ -53,9 +53,10 @@ else
       echo "$mem" > "$d/memory.limit_in_bytes"
       echo "$mem" > "$d/memory.memsw.limit_in_bytes" 2>/dev/null || true
       # v2 charges socket buffers (bytes a client sent that weir has not read) to
-      # memory.current; v1 keeps them apart and counts them only once a TCP limit is set.
-      # The same limit switches that count on, so memory.kmem.tcp.max_usage_in_bytes
-      # says what the buffers would have added to the container's memory under v2.
+      # memory.current; v1 keeps them apart and counts them only once a TCP limit has
+      # been written. Writing none (-1) switches that count on without limiting anything,
+      # so memory.kmem.tcp.max_usage_in_bytes says what the buffers would have added to
+      # the container's memory under v2.
       echo -1 > "$d/memory.kmem.tcp.limit_in_bytes" 2>/dev/null || true
     fi
     echo $$ > "$d/cgroup.procs"

@@ -184,9 +184,11 @@ impl Default for ConnectionConfig {
     }
 }
 
-/// The least `receive_buffer` other than 0 (see its validation).
+/// The least `receive_buffer` other than 0: one segment on loopback is 64 KiB, and a
+/// buffer that holds only one or two keeps the sender waiting on the window.
 pub const MIN_RECEIVE_BUFFER: u32 = 64 * 1024;
-/// The most: the kernel's own ceiling for receive buffers is set in the same range.
+/// The most: ten times the kernel's usual ceiling for a grown buffer (6 MiB in
+/// `net.ipv4.tcp_rmem`); beyond it a value is more likely a slip than a choice.
 pub const MAX_RECEIVE_BUFFER: u32 = 64 * 1024 * 1024;
 
 impl ConnectionConfig {
@@ -204,8 +206,6 @@ impl ConnectionConfig {
         if self.listen_backlog == 0 {
             return Err(ConfigError::invalid(key("listen_backlog"), "must be > 0"));
         }
-        // Below a few of loopback's 64 KiB segments the kernel stops reopening the window
-        // after a read and the client waits for its zero-window probes (200 ms and up).
         if self.receive_buffer != 0 && !(MIN_RECEIVE_BUFFER..=MAX_RECEIVE_BUFFER).contains(&self.receive_buffer) {
             return Err(ConfigError::invalid(
                 key("receive_buffer"),

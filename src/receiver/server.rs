@@ -155,7 +155,7 @@ async fn bind(endpoint: &str, backlog: u32, receive_buffer: u32) -> io::Result<T
 }
 
 /// `SO_RCVBUF` of a socket as the kernel reports it (twice what was asked), 0 on error.
-pub(crate) fn receive_buffer_of(fd: std::os::fd::RawFd) -> i64 {
+fn receive_buffer_of(fd: std::os::fd::RawFd) -> i64 {
     let mut v: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: a socket fd, and an out value and length of a c_int's size.
@@ -213,7 +213,7 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
             tracing::warn!(
                 server = name,
                 asked = connections.receive_buffer,
-                granted,
+                granted = granted / 2,
                 "receive_buffer is above net.core.rmem_max; the kernel granted less"
             );
         }
