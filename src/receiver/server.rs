@@ -145,6 +145,12 @@ async fn bind(endpoint: &str, backlog: u32, receive_buffer: u32) -> io::Result<T
         socket.set_reuseaddr(true)?;
         if receive_buffer > 0 {
             socket.set_recv_buffer_size(receive_buffer)?;
+            // The kernel reports twice what it granted and caps it at net.core.rmem_max,
+            // without an error.
+            let granted = socket.recv_buffer_size()? / 2;
+            if granted < receive_buffer {
+                tracing::warn!(%addr, asked = receive_buffer, granted, "receive_buffer is above net.core.rmem_max; the kernel granted less");
+            }
         }
         match socket.bind(addr).and_then(|()| socket.listen(backlog)) {
             Ok(l) => return Ok(l),
@@ -152,19 +158,6 @@ async fn bind(endpoint: &str, backlog: u32, receive_buffer: u32) -> io::Result<T
         }
     }
     Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::AddrNotAvailable, "the address resolves to nothing")))
-}
-
-/// `SO_RCVBUF` of a socket as the kernel reports it (twice what was asked), 0 on error.
-fn receive_buffer_of(fd: std::os::fd::RawFd) -> i64 {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: a socket fd, and an out value and length of a c_int's size.
-    let rc = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, (&mut v as *mut libc::c_int).cast(), &mut len) };
-    if rc == 0 {
-        v.into()
-    } else {
-        0
-    }
 }
 
 /// The open connections of one server, for choosing one to close at the cap.
@@ -206,18 +199,6 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
         endpoint: endpoint.to_string(),
         source,
     })?;
-    if connections.receive_buffer > 0 {
-        // The kernel caps what it grants at net.core.rmem_max, without an error.
-        let granted = receive_buffer_of(std::os::fd::AsRawFd::as_raw_fd(&listener));
-        if granted < 2 * connections.receive_buffer as i64 {
-            tracing::warn!(
-                server = name,
-                asked = connections.receive_buffer,
-                granted = granted / 2,
-                "receive_buffer is above net.core.rmem_max; the kernel granted less"
-            );
-        }
-    }
     let local_addr = listener.local_addr().map_err(|source| ServerError::Bind { name, endpoint: endpoint.to_string(), source })?;
     if !super::rxstamp::enable_on_listener(&listener) {
         tracing::warn!(server = name, "the kernel gives no receive timestamps: the queue-delay layer sees no waits");
