@@ -283,12 +283,13 @@ async fn a_held_http1_refusal_reads_its_body_away_and_keeps_the_connection() {
     let rules = "      default: {drop_min: 0.0, drop_max: 0.0}
     max_inflight_per_core: 1
     max_inflight_wait: 0ms
-    hold: {max: 300ms}
+    hold: {max: 300ms, max_held_bytes: 10485760}
     queue_delay: {enabled: false}
     slow_start: {enabled: false}
     burst_damping: {enabled: false}
     bbr: {enabled: false}";
-    // The fixture's 1000-byte memory limit would make the body budget 250 bytes.
+    // The fixture's 1000-byte memory limit would make the body budget 250 bytes, and the
+    // room for held bodies 750 (`tests/held_bytes.rs` tests that room).
     let yaml = yaml(cg.path(), rules).replacen("receiver:\n", "receiver:\n  max_body_bytes_in_flight: 10485760\n", 1);
     assert!(yaml.contains("max_body_bytes_in_flight: 10485760"));
     let w = start_yaml(&yaml).await;

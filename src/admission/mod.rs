@@ -453,6 +453,11 @@ impl Admission {
         std::time::Duration::try_from_secs_f64(held as f64 / (h.return_ratio * rate)).map_or(h.max, |d| d.min(h.max))
     }
 
+    /// `hold.max_held`: past this many held at once, a refusal is answered at once.
+    pub fn max_held(&self) -> usize {
+        self.cfg.load().hold.max_held
+    }
+
     /// Current BBR estimate (for /debug/throttle): (max in-flight, in-flight).
     pub fn bbr_estimate(&self, now: u64) -> (Option<i64>, i64) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());

@@ -91,6 +91,20 @@ pub struct HoldConfig {
     /// with 600 KB bodies), so this bounds what holding costs in memory. Refusals are also
     /// answered at once while memory is above its enter line.
     pub max_held: usize,
+    /// Bytes of unread HTTP/1.1 bodies that held refusals may leave in weir's socket
+    /// buffers at once; a refusal that would pass it is answered at once. Each held
+    /// HTTP/1.1 refusal counts its declared length (a body without one counts as much as
+    /// a socket can buffer, `net.ipv4.tcp_rmem`'s maximum). HTTP/2 keeps a refused body
+    /// with its client, so held HTTP/2 refusals count nothing.
+    ///
+    /// 0, the default, means: under cgroup v2, which charges socket buffers to the
+    /// container (`sock` in `memory.stat`), the room between the memory enter line and
+    /// what the container uses apart from socket buffers, re-read every sample; under
+    /// cgroup v1, which does not charge them, or without a memory limit, no bound. With
+    /// 512 clients holding 700 KB bodies the unread bodies reached 410-430 MiB, more than
+    /// a 300 MiB container, and the memory level (read once per sample) sees them only
+    /// after they arrived.
+    pub max_held_bytes: u64,
 }
 
 /// The PID rate controller (`receiver.throttle.pid`, see `admission::pid`): off by
@@ -209,7 +223,7 @@ impl Default for HoldConfig {
         // with 512 clients. 5 s stays under the OpenTelemetry exporters' 10 s timeout.
         // 1024 held: a phase's 512 clients plus those of the previous phase, still held
         // after their clients left.
-        HoldConfig { enabled: true, max: Duration::from_secs(5), return_ratio: 0.1, max_held: 1024 }
+        HoldConfig { enabled: true, max: Duration::from_secs(5), return_ratio: 0.1, max_held: 1024, max_held_bytes: 0 }
     }
 }
 impl Default for KneeConfig {

@@ -112,6 +112,9 @@ pub struct MemoryReading {
     pub working_set: u64,
     /// The smallest limit along the chain; `None` when unlimited.
     pub limit: Option<u64>,
+    /// Socket buffers charged to the cgroup (`sock` in a v2 `memory.stat`), part of
+    /// `working_set`. `None` under v1, which does not charge them to the container.
+    pub sock: Option<u64>,
 }
 
 /// The cgroup reader.
@@ -427,7 +430,9 @@ impl CgroupReader {
         let plan = self.cpu_plan();
         let usage = match &plan.usage_dir {
             Some((dir, Version::V1)) => read_trim(&dir.join("cpuacct.usage")).and_then(|s| s.parse().ok()),
-            Some((dir, Version::V2)) => stat_field(&dir.join("cpu.stat"), "usage_usec").map(|us| us.saturating_mul(1000)),
+            Some((dir, Version::V2)) => {
+                fs::read_to_string(dir.join("cpu.stat")).ok().and_then(|t| stat_field(&t, "usage_usec")).map(|us| us.saturating_mul(1000))
+            }
             None => self.process_cpu_nanos(),
         };
         (CpuCapacity { cores: plan.cores, quota_set: plan.source != CpuSource::Process }, usage)
@@ -468,19 +473,27 @@ impl CgroupReader {
             }
         }
         let level = best.map(|(_, l)| l).or_else(|| c.chain.first())?;
-        let (usage, inactive) = match c.version {
-            Version::V1 => (
-                read_trim(&level.dir.join("memory.usage_in_bytes")).and_then(|s| s.parse::<u64>().ok())?,
-                stat_field(&level.dir.join("memory.stat"), "total_inactive_file")
-                    .or_else(|| stat_field(&level.dir.join("memory.stat"), "inactive_file"))
-                    .unwrap_or(0),
-            ),
-            Version::V2 => (
-                read_trim(&level.dir.join("memory.current")).and_then(|s| s.parse::<u64>().ok())?,
-                stat_field(&level.dir.join("memory.stat"), "inactive_file").unwrap_or(0),
-            ),
+        let (usage, inactive, sock) = match c.version {
+            Version::V1 => {
+                let stat = fs::read_to_string(level.dir.join("memory.stat")).unwrap_or_default();
+                (
+                    read_trim(&level.dir.join("memory.usage_in_bytes")).and_then(|s| s.parse::<u64>().ok())?,
+                    stat_field(&stat, "total_inactive_file").or_else(|| stat_field(&stat, "inactive_file")).unwrap_or(0),
+                    None,
+                )
+            }
+            Version::V2 => {
+                // One read of memory.stat for both fields: the sampler runs every 250 ms.
+                let stat = fs::read_to_string(level.dir.join("memory.stat")).unwrap_or_default();
+                (
+                    read_trim(&level.dir.join("memory.current")).and_then(|s| s.parse::<u64>().ok())?,
+                    stat_field(&stat, "inactive_file").unwrap_or(0),
+                    Some(stat_field(&stat, "sock").unwrap_or(0)),
+                )
+            }
         };
-        Some(MemoryReading { working_set: usage.saturating_sub(inactive), limit: best.map(|(v, _)| v) })
+        let working_set = usage.saturating_sub(inactive);
+        Some(MemoryReading { working_set, limit: best.map(|(v, _)| v), sock: sock.map(|s| s.min(working_set)) })
     }
 }
 
@@ -497,8 +510,8 @@ fn affinity_cpus() -> Option<usize> {
     }
 }
 
-fn stat_field(path: &Path, key: &str) -> Option<u64> {
-    let text = fs::read_to_string(path).ok()?;
+/// A field of a `memory.stat` text (`key value` lines).
+fn stat_field(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let (k, v) = l.split_once(' ')?;
         (k == key).then(|| v.trim().parse().ok()).flatten()

@@ -38,6 +38,7 @@ async fn handler(State(s): State<DebugState>) -> Json<serde_json::Value> {
     let (slow_start_active, damping_active) = adm.inner.phases();
     let knee_profile = adm.inner.knee.as_ref().map(|k| k.compute().1).unwrap_or_default();
     let (pid_rate, pid_error) = adm.inner.pid_state();
+    let (held, held_bytes) = adm.held_now();
     Json(serde_json::json!({
         "enabled": s.manager.enabled(),
         "config_hash": format!("{:016x}", s.manager.config_hash()),
@@ -57,6 +58,7 @@ async fn handler(State(s): State<DebugState>) -> Json<serde_json::Value> {
         "connections": snap.conns,
         "connection_surge": snap.conn_surge,
         "pressure": {"above_exit": snap.pressure.above_exit, "above_enter": snap.pressure.above_enter},
+        "hold": {"held": held, "held_bytes": held_bytes, "room_bytes": snap.hold_room},
         "admission": {
             "inflight": inflight,
             "bbr_max_inflight": bbr_max_inflight,

@@ -225,12 +225,19 @@ impl ThrottleLayer {
         // a 300 MiB container past the bench's 0.60, and answering them at once brought
         // the spinning back (HTTP/1.1 burst 100% -> 79% of A).
         crate::receiver::h2conn::discard_unread(req.extensions());
-        let hold = if self.manager.memory_above_enter() { None } else { self.admission.hold(declared) };
+        let http1 = req.version() < axum::http::Version::HTTP_2;
+        let hold = if self.manager.memory_above_enter() {
+            self.admission.skipped(super::HoldSkip::Memory);
+            None
+        } else {
+            // Over HTTP/1.1 the body waits in weir's socket while held: it counts against
+            // `hold.max_held_bytes`. HTTP/2 leaves it with the client.
+            let unread = if http1 { unread_bound(declared) } else { 0 };
+            self.admission.hold(declared, unread, self.manager.hold_room())
+        };
         if let Some((hold, guard)) = hold {
             // Paused now, before hyper's next read could take more of the body.
-            let pause = (req.version() < axum::http::Version::HTTP_2)
-                .then(|| req.extensions().get::<crate::receiver::rxstamp::RxStamp>().map(|s| s.pause_reads()))
-                .flatten();
+            let pause = http1.then(|| req.extensions().get::<crate::receiver::rxstamp::RxStamp>().map(|s| s.pause_reads())).flatten();
             let kind = self.kind;
             let answer = move |req: &Request<Body>, held: std::time::Duration| {
                 crate::receiver::middleware::reject_counted(kind, req, err(retry_after.saturating_sub(held)))
@@ -332,6 +339,21 @@ where
             }
         }
     }
+}
+
+/// What a held HTTP/1.1 request can leave unread in weir's socket: its declared length,
+/// but no more than one socket buffers (`net.ipv4.tcp_rmem`'s maximum, read once), which
+/// is also what a body without a declared length counts.
+fn unread_bound(declared: Option<u64>) -> u64 {
+    static SOCKET_MAX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let max = *SOCKET_MAX.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem")
+            .ok()
+            .and_then(|t| t.split_whitespace().nth(2).and_then(|v| v.parse().ok()))
+            // The kernel's default maximum.
+            .unwrap_or(6 << 20)
+    });
+    declared.map_or(max, |d| d.min(max))
 }
 
 /// A held refusal (`receiver.throttle.hold`): answered after `hold`, its body unread. Over

@@ -35,6 +35,9 @@ pub struct Snapshot {
     pub conns: crate::receiver::conntrack::ConnSample,
     /// The connection signal fired (surge plus RTT degradation) this sample.
     pub conn_surge: bool,
+    /// Bytes of unread HTTP/1.1 bodies held refusals may leave in weir's sockets (see
+    /// [`super::sampler::hold_room`]); `None`: no bound.
+    pub hold_room: Option<u64>,
 }
 
 impl Snapshot {
@@ -52,6 +55,7 @@ impl Snapshot {
             class_share: [0.0, 1.0, 0.0],
             conns: Default::default(),
             conn_surge: false,
+            hold_room: None,
         }
     }
 }
@@ -325,6 +329,11 @@ impl ThrottleManager {
     /// levels that can be (see [`only_cpu_pressed`]).
     pub fn only_cpu_pressed(&self) -> bool {
         only_cpu_pressed(&self.policy.load().config.thresholds, &self.snapshot.load().level)
+    }
+
+    /// The room for held refusals' unread bodies in the latest snapshot (`None`: no bound).
+    pub fn hold_room(&self) -> Option<u64> {
+        self.snapshot.load().hold_room
     }
 
     /// The admission pressure of the latest snapshot.

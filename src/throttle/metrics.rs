@@ -16,6 +16,13 @@ pub const REQUESTS: &str = "weir_throttle_requests_total";
 pub const QUEUE_DELAY: &str = "weir_throttle_queue_delay_seconds";
 /// Refusals being held right now (`receiver.throttle.hold`).
 pub const HELD: &str = "weir_throttle_refusals_held";
+/// Bytes of unread HTTP/1.1 bodies the refusals held right now leave in weir's sockets,
+/// as reckoned for `hold.max_held_bytes`.
+pub const HELD_BYTES: &str = "weir_throttle_held_bytes";
+/// Refusals answered at once that would have been held, by `reason`: `max_held`,
+/// `held_bytes` (no room for the body, `hold.max_held_bytes`), `memory` (above its enter
+/// line).
+pub const HOLDS_SKIPPED: &str = "weir_throttle_holds_skipped_total";
 /// How long each held refusal was held.
 pub const HOLD_SECONDS: &str = "weir_throttle_hold_seconds";
 /// Actual time between samples.

@@ -159,9 +159,39 @@ pub struct AdmissionClock {
     pub idle: tokio::sync::Notify,
     /// Refusals being held right now (`hold`).
     held: std::sync::atomic::AtomicUsize,
-    /// `weir_throttle_refusals_held` and `weir_throttle_hold_seconds`, registered once.
+    /// Unread HTTP/1.1 body bytes the held refusals leave in weir's sockets, as reckoned
+    /// for `hold.max_held_bytes`.
+    held_bytes: std::sync::atomic::AtomicU64,
+    /// `weir_throttle_refusals_held`, `weir_throttle_held_bytes`,
+    /// `weir_throttle_hold_seconds` and `weir_throttle_holds_skipped_total`, registered once.
     held_gauge: ::metrics::Gauge,
+    held_bytes_gauge: ::metrics::Gauge,
     hold_seconds: ::metrics::Histogram,
+    skipped: [::metrics::Counter; 3],
+}
+
+/// Why a refusal that could have been held was answered at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldSkip {
+    /// `hold.max_held` refusals are held already.
+    MaxHeld,
+    /// Its unread body would pass `hold.max_held_bytes` (or the automatic room).
+    HeldBytes,
+    /// Memory is above its enter line.
+    Memory,
+}
+
+impl HoldSkip {
+    const ALL: [HoldSkip; 3] = [HoldSkip::MaxHeld, HoldSkip::HeldBytes, HoldSkip::Memory];
+
+    /// The `reason` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldSkip::MaxHeld => "max_held",
+            HoldSkip::HeldBytes => "held_bytes",
+            HoldSkip::Memory => "memory",
+        }
+    }
 }
 
 impl AdmissionClock {
@@ -174,27 +204,55 @@ impl AdmissionClock {
             freed: tokio::sync::Notify::new(),
             idle: tokio::sync::Notify::new(),
             held: std::sync::atomic::AtomicUsize::new(0),
+            held_bytes: std::sync::atomic::AtomicU64::new(0),
             held_gauge: ::metrics::gauge!(metrics::HELD),
+            held_bytes_gauge: ::metrics::gauge!(metrics::HELD_BYTES),
             hold_seconds: ::metrics::histogram!(metrics::HOLD_SECONDS),
+            skipped: HoldSkip::ALL.map(|r| ::metrics::counter!(metrics::HOLDS_SKIPPED, "reason" => r.as_str())),
         }
     }
 
-    /// Starts holding a refusal: how long to hold it, and the guard that counts it as held
-    /// until dropped. `None`: answer at once (holding off, too many held, or a hold under
-    /// a millisecond, the timer's resolution). The hold is [`Admission::hold_for`] with
-    /// ±25% jitter, so that clients refused together do not all come back together;
-    /// `declared` is the refused request's body length, when known.
-    pub fn hold(self: &Arc<Self>, declared: Option<u64>) -> Option<(std::time::Duration, HeldGuard)> {
+    /// Counts a refusal answered at once that could have been held.
+    pub fn skipped(&self, why: HoldSkip) {
+        self.skipped[why as usize].increment(1);
+    }
+
+    /// Refusals held right now and the unread body bytes they leave in weir's sockets.
+    pub fn held_now(&self) -> (usize, u64) {
         use std::sync::atomic::Ordering;
+        (self.held.load(Ordering::Acquire), self.held_bytes.load(Ordering::Acquire))
+    }
+
+    /// Starts holding a refusal: how long to hold it, and the guard that counts it as held
+    /// until dropped. `None`: answer at once (holding off, too many held, no room for its
+    /// body, or a hold under a millisecond, the timer's resolution). The hold is
+    /// [`Admission::hold_for`] with ±25% jitter, so that clients refused together do not
+    /// all come back together; `declared` is the refused request's body length, when
+    /// known. `unread` is what the held request leaves unread in weir's socket (0 over
+    /// HTTP/2), counted against `room` (`hold.max_held_bytes`; `None`, no bound) until
+    /// the guard drops.
+    pub fn hold(self: &Arc<Self>, declared: Option<u64>, unread: u64, room: Option<u64>) -> Option<(std::time::Duration, HeldGuard)> {
+        use std::sync::atomic::Ordering;
+        let before = self.held_bytes.fetch_add(unread, Ordering::AcqRel);
+        if unread > 0 && room.is_some_and(|room| before.saturating_add(unread) > room) {
+            self.held_bytes.fetch_sub(unread, Ordering::AcqRel);
+            self.skipped(HoldSkip::HeldBytes);
+            return None;
+        }
         let held = self.held.fetch_add(1, Ordering::AcqRel) + 1;
         let d = self.inner.hold_for(self.now(), held, declared).mul_f64(0.75 + 0.5 * rand::random::<f64>());
         if d < std::time::Duration::from_millis(1) {
             self.held.fetch_sub(1, Ordering::AcqRel);
+            self.held_bytes.fetch_sub(unread, Ordering::AcqRel);
+            if held > self.inner.max_held() {
+                self.skipped(HoldSkip::MaxHeld);
+            }
             return None;
         }
         self.held_gauge.increment(1.0);
+        self.held_bytes_gauge.increment(unread as f64);
         self.hold_seconds.record(d.as_secs_f64());
-        Some((d, HeldGuard(Arc::clone(self))))
+        Some((d, HeldGuard { clock: Arc::clone(self), unread }))
     }
 
     /// Nanoseconds since `origin`.
@@ -268,20 +326,26 @@ impl IdleRelease {
     }
 }
 
-/// Counts one refusal as held until dropped.
-pub struct HeldGuard(Arc<AdmissionClock>);
+/// Counts one refusal, and the body bytes it leaves unread, as held until dropped.
+pub struct HeldGuard {
+    clock: Arc<AdmissionClock>,
+    unread: u64,
+}
 
 impl HeldGuard {
     /// Resolves when a core went idle and this refusal is the one to answer now.
     pub async fn released_early(&self) {
-        self.0.idle.notified().await;
+        self.clock.idle.notified().await;
     }
 }
 
 impl Drop for HeldGuard {
     fn drop(&mut self) {
-        self.0.held.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-        self.0.held_gauge.decrement(1.0);
+        use std::sync::atomic::Ordering;
+        self.clock.held.fetch_sub(1, Ordering::AcqRel);
+        self.clock.held_bytes.fetch_sub(self.unread, Ordering::AcqRel);
+        self.clock.held_gauge.decrement(1.0);
+        self.clock.held_bytes_gauge.decrement(self.unread as f64);
     }
 }
 
@@ -328,7 +392,7 @@ mod tests {
 
         // Busy: one request in flight on the one core. The refusal stays held.
         let ticket = adm.inner.admit(adm.now(), crate::admission::Pressure::default()).expect("an idle weir admits");
-        let (hold, guard) = adm.hold(None).expect("held");
+        let (hold, guard) = adm.hold(None, 0, None).expect("held");
         assert!(hold >= Duration::from_secs(20), "nothing completed yet: the longest hold, jittered: {hold:?}");
         assert!(tokio::time::timeout(Duration::from_secs(1), guard.released_early()).await.is_err(), "released while busy");
 
@@ -339,10 +403,32 @@ mod tests {
         assert!(started.elapsed() <= 2 * IDLE_CHECK, "released after {:?}", started.elapsed());
     }
 
+    #[test]
+    fn held_bodies_count_against_their_room_until_their_guards_drop() {
+        let adm = clock();
+        // Room for two 300 KB bodies: the third is answered at once.
+        let room = Some(700_000);
+        let a = adm.hold(Some(300_000), 300_000, room).expect("room for the first");
+        let b = adm.hold(Some(300_000), 300_000, room).expect("room for the second");
+        assert!(adm.hold(Some(300_000), 300_000, room).is_none(), "600 KB held, 300 KB more would pass 700 KB");
+        assert_eq!(adm.held_now(), (2, 600_000), "the refused one leaves nothing counted");
+        // HTTP/2 leaves nothing in weir's socket: held whatever the room.
+        let h2 = adm.hold(Some(300_000), 0, Some(0)).expect("HTTP/2 takes no room");
+        assert_eq!(adm.held_now(), (3, 600_000));
+        drop(a);
+        assert_eq!(adm.held_now(), (2, 300_000));
+        let c = adm.hold(Some(300_000), 300_000, room).expect("room again once one was answered");
+        // Without a bound, counted all the same.
+        let d = adm.hold(None, 5_000_000, None).expect("no bound");
+        assert_eq!(adm.held_now(), (4, 5_600_000));
+        drop((b, c, d, h2));
+        assert_eq!(adm.held_now(), (0, 0));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn while_nothing_is_admitted_each_check_releases_twice_as_many() {
         let adm = clock();
-        let guards: Vec<_> = (0..100).map(|_| adm.hold(None).expect("held").1).collect();
+        let guards: Vec<_> = (0..100).map(|_| adm.hold(None, 0, None).expect("held").1).collect();
         let (_stop, stop_rx) = watch::channel(false);
         tokio::spawn(release_when_idle(Arc::clone(&adm), stop_rx));
         let released = Arc::new(std::sync::atomic::AtomicUsize::new(0));

@@ -179,8 +179,26 @@ impl Stepper {
             class_share: [0.0, 1.0, 0.0],
             conns: Default::default(),
             conn_surge: false,
+            hold_room: None,
         }
     }
+}
+
+/// Bytes of unread HTTP/1.1 bodies that held refusals may leave in weir's socket buffers
+/// (`hold.max_held_bytes`): the configured figure; or, at 0, the room between the memory
+/// enter line and what the container uses apart from its socket buffers, where the
+/// cgroup charges them (v2 says how much in `sock`); `None`, no bound: cgroup v1 does not
+/// charge socket buffers to the container, and without a limit there is no line.
+/// Socket buffers are left out of the use because the held bodies are among them, and
+/// each held refusal already counts its own.
+pub fn hold_room(config: &ThrottleConfig, mem: Option<super::cgroup::MemoryReading>) -> Option<u64> {
+    if config.hold.max_held_bytes > 0 {
+        return Some(config.hold.max_held_bytes);
+    }
+    let m = mem?;
+    let (limit, sock) = (m.limit?, m.sock?);
+    let line = (config.thresholds.mem.enter * limit as f64) as u64;
+    Some(line.saturating_sub(m.working_set.saturating_sub(sock)))
 }
 
 /// Runs the sampler until `stop` fires.
@@ -248,6 +266,7 @@ pub async fn run(
             disk_fill: manager.disk_fill(),
         };
         let mut snapshot = stepper.step(Instant::now(), readings);
+        snapshot.hold_room = hold_room(&config, mem);
         snapshot.class_share = manager.mix.roll();
         let (http, grpc, all) = conns.sample();
         super::metrics::connections(&http, &grpc);
@@ -284,6 +303,27 @@ mod tests {
         // Over the quota: 0.5 cores fully used plus more = above 1.0.
         let (raw, _, _) = s.update(t0 + Duration::from_millis(500), 400_000_000 + 150_000_000, 0.5);
         assert!((raw - 1.2).abs() < 1e-9, "{raw}");
+    }
+
+    #[test]
+    fn the_hold_room_is_the_enter_line_less_what_is_not_socket_buffers_and_only_where_they_are_charged() {
+        use crate::throttle::cgroup::MemoryReading;
+        let c = ThrottleConfig::default();
+        let v2 = |working_set, sock| Some(MemoryReading { working_set, limit: Some(300 << 20), sock: Some(sock) });
+        // 0.85 x 300 MiB = 255 MiB, less 100 MiB of weir's own: 155 MiB, whatever the sockets hold.
+        assert_eq!(hold_room(&c, v2(100 << 20, 0)), Some(155 << 20));
+        assert_eq!(hold_room(&c, v2(400 << 20, 300 << 20)), Some(155 << 20));
+        // weir's own memory past the line: no room.
+        assert_eq!(hold_room(&c, v2(280 << 20, 10 << 20)), Some(0));
+        // v1 does not charge socket buffers to the container; no limit, no line.
+        assert_eq!(hold_room(&c, Some(MemoryReading { working_set: 100 << 20, limit: Some(300 << 20), sock: None })), None);
+        assert_eq!(hold_room(&c, Some(MemoryReading { working_set: 100 << 20, limit: None, sock: Some(0) })), None);
+        assert_eq!(hold_room(&c, None), None);
+        // A configured bound holds everywhere.
+        let mut fixed = c.clone();
+        fixed.hold.max_held_bytes = 64 << 20;
+        assert_eq!(hold_room(&fixed, None), Some(64 << 20));
+        assert_eq!(hold_room(&fixed, v2(100 << 20, 0)), Some(64 << 20));
     }
 
     #[test]

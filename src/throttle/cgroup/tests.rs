@@ -52,7 +52,7 @@ fn v1_with_quota_cpuset_and_memory() {
     // Usage is read where the quota sits.
     assert_eq!(r.cpu_usage_nanos(), Some(5_000_000_000));
     assert_eq!(r.cpu_source(), CpuSource::CgroupQuota { path: "pod".into() });
-    assert_eq!(r.memory(), Some(MemoryReading { working_set: 500_000_000, limit: Some(1 << 30) }));
+    assert_eq!(r.memory(), Some(MemoryReading { working_set: 500_000_000, limit: Some(1 << 30), sock: None }));
 }
 
 #[test]
@@ -72,7 +72,7 @@ fn v1_cpuset_smaller_than_quota_and_fallbacks() {
     assert_eq!(r.cpu_source(), CpuSource::CgroupCpuset { path: String::new() }, "2 CPUs bind before the 8-core quota");
     assert_eq!(r.cpu_usage_nanos(), Some(1));
     // Unlimited memory: no limit (the signal will be invalid), working set clamps at 0.
-    assert_eq!(r.memory(), Some(MemoryReading { working_set: 0, limit: None }));
+    assert_eq!(r.memory(), Some(MemoryReading { working_set: 0, limit: None, sock: None }));
 
     let t = Tree::new();
     t.file("proc/self/mountinfo", V1_MOUNTINFO)
@@ -99,7 +99,7 @@ fn v2_nested_limits_and_max() {
         .file("sys/fs/cgroup/kubepods/burstable/pod1/ctr/cpuset.cpus.effective", "0-7")
         .file("sys/fs/cgroup/kubepods/burstable/pod1/memory.max", "524288000")
         .file("sys/fs/cgroup/kubepods/burstable/pod1/memory.current", "300000000")
-        .file("sys/fs/cgroup/kubepods/burstable/pod1/memory.stat", "anon 1\ninactive_file 50000000\n")
+        .file("sys/fs/cgroup/kubepods/burstable/pod1/memory.stat", "anon 1\ninactive_file 50000000\nsock 40000000\n")
         .file("sys/fs/cgroup/kubepods/burstable/pod1/ctr/memory.max", "max")
         .file("sys/fs/cgroup/kubepods/burstable/pod1/ctr/memory.current", "1");
     let r = t.reader(0.0);
@@ -107,8 +107,9 @@ fn v2_nested_limits_and_max() {
     assert_eq!(r.cpu_capacity(), CpuCapacity { cores: 1.5, quota_set: true }, "the leaf's 1.5 is smaller than the pod's 4");
     assert_eq!(r.cpu_usage_nanos(), Some(2_500_000));
     assert_eq!(r.cpu_source(), CpuSource::CgroupQuota { path: "kubepods/burstable/pod1/ctr".into() });
-    // The leaf says max; the pod's 500 MiB binds and its usage is what counts.
-    assert_eq!(r.memory(), Some(MemoryReading { working_set: 250_000_000, limit: Some(524_288_000) }));
+    // The leaf says max; the pod's 500 MiB binds and its usage is what counts. v2 charges
+    // socket buffers to the cgroup and says how much in `sock`.
+    assert_eq!(r.memory(), Some(MemoryReading { working_set: 250_000_000, limit: Some(524_288_000), sock: Some(40_000_000) }));
     assert!(r.paths().iter().any(|(c, _, p)| c == "memory" && p.ends_with("pod1/ctr")));
 }
 
@@ -163,7 +164,7 @@ fn hybrid_uses_v1_controllers() {
     assert_eq!(r.layout(), Layout::Hybrid);
     assert_eq!(r.cpu_capacity(), CpuCapacity { cores: 1.0, quota_set: true });
     assert_eq!(r.cpu_usage_nanos(), Some(42));
-    assert_eq!(r.memory(), Some(MemoryReading { working_set: 104_857_600, limit: Some(209_715_200) }));
+    assert_eq!(r.memory(), Some(MemoryReading { working_set: 104_857_600, limit: Some(209_715_200), sock: None }));
 }
 
 #[test]

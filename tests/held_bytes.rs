@@ -1,0 +1,133 @@
+//! The byte bound on held refusals (`receiver.throttle.hold.max_held_bytes`), end to end
+//! on real sockets. A held HTTP/1.1 refusal leaves its body in weir's socket buffer, which
+//! cgroup v2 charges to the container; with the bound at 0 (automatic) weir reckons the
+//! room from the cgroup's memory: the enter line less what it uses apart from `sock`.
+//! No v2 memory controller runs on the test machines, so the cgroup is a fixture tree the
+//! sampler reads (the same reader the real-cgroup tests drive). Its own binary: it reads
+//! process-wide hold metrics that the other throttle tests also move.
+
+mod support;
+
+use prost::Message;
+use std::time::{Duration, Instant};
+use support::throttle_fixture::*;
+use support::*;
+
+/// Rewrites the fixture's memory files: `current` bytes in use of a 100 MB limit, `sock`
+/// of them socket buffers.
+fn memory(root: &std::path::Path, current: u64, sock: u64) {
+    let dir = root.join("sys/fs/cgroup");
+    std::fs::write(dir.join("memory.max"), "100000000").unwrap();
+    std::fs::write(dir.join("memory.stat.tmp"), format!("anon {current}\ninactive_file 0\nsock {sock}\n")).unwrap();
+    std::fs::rename(dir.join("memory.stat.tmp"), dir.join("memory.stat")).unwrap();
+    std::fs::write(dir.join("memory.current.tmp"), current.to_string()).unwrap();
+    std::fs::rename(dir.join("memory.current.tmp"), dir.join("memory.current")).unwrap();
+}
+
+async fn debug(admin: &str) -> serde_json::Value {
+    reqwest::get(format!("{admin}/debug/throttle")).await.unwrap().json().await.unwrap()
+}
+
+async fn wait_debug(admin: &str, what: &str, ok: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = debug(admin).await;
+        if ok(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what} never held: {}", v["hold"]);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn held_http1_refusals_stop_at_the_room_the_v2_memory_leaves_and_the_rest_are_answered_at_once() {
+    use tokio::io::AsyncWriteExt;
+    let cg = tempfile::tempdir().unwrap();
+    fixture(cg.path(), 0);
+    // 0.85 x 100 MB = 85 MB enter line, 84.4 MB in use and none of it socket buffers:
+    // room for 600 KB of held bodies.
+    memory(cg.path(), 84_400_000, 0);
+    let rules = "      default: {drop_min: 0.0, drop_max: 0.0}
+    max_inflight_per_core: 1
+    max_inflight_wait: 0ms
+    hold: {max: 4s}
+    queue_delay: {enabled: false}
+    slow_start: {enabled: false}
+    burst_damping: {enabled: false}
+    bbr: {enabled: false}
+    knee: {enabled: false}";
+    let w = start_yaml(&yaml(cg.path(), rules)).await;
+    let admin = w.admin();
+    let addr = w.app.http_addr.unwrap();
+    wait_debug(&admin, "the room from cgroup v2", |v| v["hold"]["room_bytes"] == 600_000).await;
+    // Below the memory enter line: refusals are held, not answered at once for memory.
+    assert!(debug(&admin).await["levels"]["mem"].as_f64().unwrap() < 0.85);
+
+    // One request in flight, the core's only slot: its head and one byte, the rest later.
+    let slow_body = traces("slow", 2, 1).encode_to_vec();
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/traces HTTP/1.1\r\nhost: weir\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n",
+        slow_body.len()
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    slow.write_all(&slow_body[..1]).await.unwrap();
+    wait_debug(&admin, "the slow request in flight", |v| v["admission"]["inflight"] == 1).await;
+
+    // Three 250 KB requests, one after another so that the order is known: the first two
+    // fit the room and are held (nothing completed yet: the longest hold), the third would
+    // pass it and is answered at once, its body read away on a kept connection.
+    let mut held = Vec::new();
+    for i in 0..2u64 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        held.push(tokio::spawn(async move {
+            let r = exchange(&mut s, "-", &vec![7u8; 250_000]).await;
+            (r, Instant::now())
+        }));
+        wait_debug(&admin, "one more held", |v| v["hold"]["held"] == i + 1).await;
+    }
+    let v = debug(&admin).await;
+    assert_eq!(v["hold"]["held_bytes"], 500_000, "{}", v["hold"]);
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (status, connection, body) = exchange(&mut s, "-", &vec![7u8; 250_000]).await.expect("an answer, not a reset");
+    let answered_at_once = Instant::now();
+    assert_eq!(status, 429, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(connection, None, "a refusal of a modest body keeps its connection");
+    assert!(String::from_utf8_lossy(&body).contains("retry after"), "{}", String::from_utf8_lossy(&body));
+    let v = debug(&admin).await;
+    assert_eq!((v["hold"]["held"].as_u64(), v["hold"]["held_bytes"].as_u64()), (Some(2), Some(500_000)), "{}", v["hold"]);
+    assert_eq!(metric_value(&admin, "weir_throttle_holds_skipped_total{reason=\"held_bytes\"}").await, Some(1.0));
+
+    // The held ones are answered after their hold, with a complete 429, after the third.
+    for h in held {
+        let (r, at) = h.await.unwrap();
+        let (status, connection, _) = r.expect("a held refusal's answer");
+        assert_eq!((status, connection), (429, None));
+        assert!(at > answered_at_once, "a held refusal was answered before the one past the room");
+    }
+    let v = wait_debug(&admin, "nothing held", |v| v["hold"]["held"] == 0).await;
+    assert_eq!(v["hold"]["held_bytes"], 0);
+
+    // More memory of weir's own shrinks the room; socket buffers do not.
+    memory(cg.path(), 84_000_000, 0);
+    wait_debug(&admin, "room from 84 MB with no sockets", |v| v["hold"]["room_bytes"] == 1_000_000).await;
+    memory(cg.path(), 80_000_000, 15_000_000);
+    wait_debug(&admin, "room from 80 MB of which 15 MB sockets", |v| v["hold"]["room_bytes"] == 20_000_000).await;
+
+    let (status, _, _) = exchange_raw(&mut slow, "", &slow_body[1..]).await.expect("the first request's answer");
+    assert_eq!(status, 200);
+    w.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_configured_bound_is_the_room_whatever_the_cgroup_leaves() {
+    let cg = tempfile::tempdir().unwrap();
+    fixture(cg.path(), 0);
+    memory(cg.path(), 10_000_000, 0);
+    let rules = "      default: {drop_min: 0.0, drop_max: 0.0}
+    hold: {max_held_bytes: 1048576}";
+    let w = start_yaml(&yaml(cg.path(), rules)).await;
+    wait_debug(&w.admin(), "the configured bound", |v| v["hold"]["room_bytes"] == 1_048_576).await;
+    w.app.shutdown().await;
+}
