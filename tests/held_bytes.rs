@@ -2,8 +2,10 @@
 //! on real sockets. A held HTTP/1.1 refusal leaves its body in weir's socket buffer, which
 //! cgroup v2 charges to the container; with the bound at 0 (automatic) weir reckons the
 //! room from the cgroup's memory: the enter line less what it uses apart from `sock`.
-//! No v2 memory controller runs on the test machines, so the cgroup is a fixture tree the
-//! sampler reads (the same reader the real-cgroup tests drive). Its own binary: it reads
+//! Past the room a body is read away before the hold, and one too large to read is
+//! answered at once. No v2 memory controller runs on the test machines, so the cgroup is
+//! a fixture tree the sampler reads (the same reader the real-cgroup tests drive); the
+//! sockets and what the kernel holds in them (`ss`) are real. Its own binary: it reads
 //! process-wide hold metrics that the other throttle tests also move.
 
 mod support;
@@ -24,6 +26,22 @@ fn memory(root: &std::path::Path, current: u64, sock: u64) {
     std::fs::rename(dir.join("memory.current.tmp"), dir.join("memory.current")).unwrap();
 }
 
+/// Bytes waiting unread in weir's end of each established connection on `port`, by the
+/// client's port (`ss`, the kernel's own count).
+fn unread_by_peer(port: u16) -> Vec<(u16, u64)> {
+    let out =
+        std::process::Command::new("ss").args(["-tnH", "state", "established", &format!("( sport = :{port} )")]).output().expect("ss runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            // Recv-Q Send-Q Local:Port Peer:Port
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let peer = f.get(3)?.rsplit_once(':')?.1.parse().ok()?;
+            Some((peer, f.first()?.parse().ok()?))
+        })
+        .collect()
+}
+
 async fn debug(admin: &str) -> serde_json::Value {
     reqwest::get(format!("{admin}/debug/throttle")).await.unwrap().json().await.unwrap()
 }
@@ -41,7 +59,7 @@ async fn wait_debug(admin: &str, what: &str, ok: impl Fn(&serde_json::Value) -> 
 }
 
 #[tokio::test]
-async fn held_http1_refusals_stop_at_the_room_the_v2_memory_leaves_and_the_rest_are_answered_at_once() {
+async fn held_http1_bodies_stop_at_the_room_the_v2_memory_leaves_and_past_it_are_read_before_the_hold() {
     use tokio::io::AsyncWriteExt;
     let cg = tempfile::tempdir().unwrap();
     fixture(cg.path(), 0);
@@ -76,11 +94,14 @@ async fn held_http1_refusals_stop_at_the_room_the_v2_memory_leaves_and_the_rest_
     wait_debug(&admin, "the slow request in flight", |v| v["admission"]["inflight"] == 1).await;
 
     // Three 250 KB requests, one after another so that the order is known: the first two
-    // fit the room and are held (nothing completed yet: the longest hold), the third would
-    // pass it and is answered at once, its body read away on a kept connection.
+    // fit the room and are held with their bodies left in the socket (nothing completed
+    // yet: the longest hold); the third would pass the room, so its body is read away
+    // first and then it is held too.
     let mut held = Vec::new();
-    for i in 0..2u64 {
+    let mut ports = Vec::new();
+    for i in 0..3u64 {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        ports.push(s.local_addr().unwrap().port());
         held.push(tokio::spawn(async move {
             let r = exchange(&mut s, "-", &vec![7u8; 250_000]).await;
             (r, Instant::now())
@@ -88,18 +109,34 @@ async fn held_http1_refusals_stop_at_the_room_the_v2_memory_leaves_and_the_rest_
         wait_debug(&admin, "one more held", |v| v["hold"]["held"] == i + 1).await;
     }
     let v = debug(&admin).await;
-    assert_eq!(v["hold"]["held_bytes"], 500_000, "{}", v["hold"]);
+    assert_eq!(v["hold"]["held_bytes"], 500_000, "the one read first takes no room: {}", v["hold"]);
+    let read_first = || metric_value(&admin, "weir_throttle_holds_read_first_total");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while read_first().await != Some(1.0) {
+        assert!(Instant::now() < deadline, "the third body was never read first");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // In the kernel: the first two bodies wait in weir's sockets, the third's was read.
+    let unread = unread_by_peer(addr.port());
+    let of = |port: u16| unread.iter().find(|(p, _)| *p == port).map(|(_, q)| *q);
+    assert!(of(ports[0]).is_some_and(|q| q > 50_000), "first held body not in the socket: {unread:?}");
+    assert!(of(ports[1]).is_some_and(|q| q > 50_000), "second held body not in the socket: {unread:?}");
+    assert_eq!(of(ports[2]), Some(0), "the body read first left bytes in the socket: {unread:?}");
+
+    // A body past the room that a refusal does not read (over 1 MiB) is answered at once,
+    // closing, with its answer intact.
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (status, connection, body) = exchange(&mut s, "-", &vec![7u8; 250_000]).await.expect("an answer, not a reset");
+    let (status, connection, body) = exchange(&mut s, "-", &vec![7u8; 1_200_000]).await.expect("an answer, not a reset");
     let answered_at_once = Instant::now();
     assert_eq!(status, 429, "{}", String::from_utf8_lossy(&body));
-    assert_eq!(connection, None, "a refusal of a modest body keeps its connection");
+    assert_eq!(connection.as_deref(), Some("close"));
     assert!(String::from_utf8_lossy(&body).contains("retry after"), "{}", String::from_utf8_lossy(&body));
-    let v = debug(&admin).await;
-    assert_eq!((v["hold"]["held"].as_u64(), v["hold"]["held_bytes"].as_u64()), (Some(2), Some(500_000)), "{}", v["hold"]);
     assert_eq!(metric_value(&admin, "weir_throttle_holds_skipped_total{reason=\"held_bytes\"}").await, Some(1.0));
+    let v = debug(&admin).await;
+    assert_eq!((v["hold"]["held"].as_u64(), v["hold"]["held_bytes"].as_u64()), (Some(3), Some(500_000)), "{}", v["hold"]);
 
-    // The held ones are answered after their hold, with a complete 429, after the third.
+    // The held ones are answered after their hold, each with a complete 429 on a kept
+    // connection, after the one past the room.
     for h in held {
         let (r, at) = h.await.unwrap();
         let (status, connection, _) = r.expect("a held refusal's answer");

@@ -12,15 +12,17 @@ pub struct Sample {
     pub levels: BTreeMap<String, f64>,
     /// `weir_throttle_state{record_type}`.
     pub states: BTreeMap<String, f64>,
-    /// Selected gauges: `weir_throttle_refusals_held`, `weir_pipeline_queue_bytes`,
-    /// `weir_receiver_connections` (each summed over its labels).
+    /// Selected gauges: `weir_throttle_refusals_held`, `weir_throttle_held_bytes`,
+    /// `weir_pipeline_queue_bytes`, `weir_receiver_connections` (each summed over its labels).
     pub gauges: BTreeMap<String, f64>,
     /// `weir_throttle_requests_total` by `decision/reason`, summed over the other labels,
-    /// and `weir_receiver_connections_closed_total` (cumulative, as scraped).
+    /// `weir_receiver_connections_closed_total`, and `weir_throttle_holds_skipped_total`
+    /// as `holds_skipped/<reason>` (cumulative, as scraped).
     pub counters: BTreeMap<String, f64>,
 }
 
-const GAUGES: [&str; 3] = ["weir_throttle_refusals_held", "weir_pipeline_queue_bytes", "weir_receiver_connections"];
+const GAUGES: [&str; 4] =
+    ["weir_throttle_refusals_held", "weir_throttle_held_bytes", "weir_pipeline_queue_bytes", "weir_receiver_connections"];
 
 /// Parses the lines of interest from a Prometheus text page.
 pub fn parse(t: f64, text: &str) -> Sample {
@@ -45,6 +47,8 @@ pub fn parse(t: f64, text: &str) -> Sample {
             (label("weir_throttle_requests_total{", "decision"), label("weir_throttle_requests_total{", "reason"))
         {
             *s.counters.entry(format!("{d}/{r}")).or_default() += v;
+        } else if let Some(r) = label("weir_throttle_holds_skipped_total{", "reason") {
+            *s.counters.entry(format!("holds_skipped/{r}")).or_default() += v;
         } else {
             let name = series.split_once('{').map_or(series, |(n, _)| n);
             if GAUGES.contains(&name) {
@@ -71,9 +75,12 @@ mod tests {
     fn sums_requests_by_reason_and_picks_gauges() {
         let text = "weir_throttle_requests_total{protocol=\"http\",record_type=\"traces\",decision=\"denied\",reason=\"bbr\"} 4\n\
                     weir_throttle_requests_total{protocol=\"grpc\",record_type=\"logs\",decision=\"denied\",reason=\"bbr\"} 3\n\
-                    weir_throttle_refusals_held 7\nweir_pipeline_queue_bytes{pipeline=\"traces\"} 100\nweir_other 1\n";
+                    weir_throttle_refusals_held 7\nweir_pipeline_queue_bytes{pipeline=\"traces\"} 100\nweir_other 1\n\
+                    weir_throttle_held_bytes 2100000\nweir_throttle_holds_skipped_total{reason=\"held_bytes\"} 5\n";
         let s = super::parse(1.0, text);
         assert_eq!(s.counters["denied/bbr"], 7.0);
+        assert_eq!(s.gauges["weir_throttle_held_bytes"], 2_100_000.0);
+        assert_eq!(s.counters["holds_skipped/held_bytes"], 5.0);
         assert_eq!(s.gauges["weir_throttle_refusals_held"], 7.0);
         assert_eq!(s.gauges["weir_pipeline_queue_bytes"], 100.0);
         assert!(!s.gauges.contains_key("weir_other"));

@@ -231,18 +231,23 @@ impl ThrottleLayer {
             None
         } else {
             // Over HTTP/1.1 the body waits in weir's socket while held: it counts against
-            // `hold.max_held_bytes`. HTTP/2 leaves it with the client.
+            // `hold.max_held_bytes`. HTTP/2 leaves it with the client. Past the room, a
+            // body a refusal may read is read away and then held.
             let unread = if http1 { unread_bound(declared) } else { 0 };
-            self.admission.hold(declared, unread, self.manager.hold_room())
+            let readable = http1 && declared.is_some_and(|n| n <= drain::MAX_BYTES);
+            self.admission.hold(declared, unread, self.manager.hold_room(), readable)
         };
-        if let Some((hold, guard)) = hold {
-            // Paused now, before hyper's next read could take more of the body.
-            let pause = http1.then(|| req.extensions().get::<crate::receiver::rxstamp::RxStamp>().map(|s| s.pause_reads())).flatten();
+        if let Some(hold) = hold {
+            // Paused now, before hyper's next read could take more of the body; not when
+            // the body is to be read first.
+            let pause = (http1 && !hold.read_first)
+                .then(|| req.extensions().get::<crate::receiver::rxstamp::RxStamp>().map(|s| s.pause_reads()))
+                .flatten();
             let kind = self.kind;
             let answer = move |req: &Request<Body>, held: std::time::Duration| {
                 crate::receiver::middleware::reject_counted(kind, req, err(retry_after.saturating_sub(held)))
             };
-            return Err(Box::pin(held(req, answer, hold, guard, pause)));
+            return Err(Box::pin(held(req, answer, hold, pause)));
         }
         let resp = crate::receiver::middleware::reject_counted(self.kind, &req, err(retry_after));
         // Nothing of the body is decompressed or decoded; over HTTP/1.1 a modest one is
@@ -360,28 +365,46 @@ fn unread_bound(declared: Option<u64>) -> u64 {
 /// HTTP/2 the body is dropped at once: h2 discards whatever still arrives for the stream,
 /// and the connection closes its stream window while refusing (`h2conn`). Over HTTP/1.1
 /// it stays in the socket, where TCP flow control stops the client once the buffers are
-/// full; after the hold it is answered as any refusal (`middleware::drain`). A client that
-/// retries at once is parked on a timer instead of spinning weir's core.
+/// full; after the hold it is answered as any refusal (`middleware::drain`). When the room
+/// for such bodies (`hold.max_held_bytes`) is full, the body is read away first and the
+/// answer held after (`hold.read_first`). A client that retries at once is parked on a
+/// timer instead of spinning weir's core.
 /// `pause` keeps an HTTP/1.1 connection's reads paused meanwhile: hyper would read the
 /// body ahead into memory; paused, it stays in the kernel.
 async fn held(
     req: Request<Body>,
     answer: impl FnOnce(&Request<Body>, std::time::Duration) -> Response<Body>,
-    hold: std::time::Duration,
-    guard: super::HeldGuard,
+    hold: super::Hold,
     pause: Option<crate::receiver::rxstamp::ReadPause>,
 ) -> Response<Body> {
     let started = tokio::time::Instant::now();
+    let super::Hold { duration, guard, read_first } = hold;
     // HTTP/2: the body goes now; the head stays to shape the answer.
     let req = if req.version() < axum::http::Version::HTTP_2 { req } else { req.map(|_| Body::empty()) };
+    // HTTP/1.1 past the room for unread bodies: read away now, so that nothing waits in
+    // the socket; the client still waits out the hold. A body that does not arrive in
+    // time is answered at once, closing (as any refusal whose body cannot be read).
+    let req = if read_first {
+        let (parts, body) = req.into_parts();
+        let req = Request::from_parts(parts, Body::empty());
+        if !drain::read_away(body).await {
+            drop(guard);
+            let mut resp = answer(&req, started.elapsed());
+            drain::close(&mut resp, req.extensions().get::<crate::receiver::rxstamp::RxStamp>());
+            return resp;
+        }
+        req
+    } else {
+        req
+    };
     tokio::select! {
-        _ = tokio::time::sleep(hold) => {}
+        _ = tokio::time::sleep(duration.saturating_sub(started.elapsed())) => {}
         _ = guard.released_early() => {}
     }
     drop(guard);
     drop(pause);
     let resp = answer(&req, started.elapsed());
-    if req.version() >= axum::http::Version::HTTP_2 {
+    if req.version() >= axum::http::Version::HTTP_2 || read_first {
         return resp;
     }
     match drain::finish(req, resp) {

@@ -20,9 +20,12 @@ pub const HELD: &str = "weir_throttle_refusals_held";
 /// as reckoned for `hold.max_held_bytes`.
 pub const HELD_BYTES: &str = "weir_throttle_held_bytes";
 /// Refusals answered at once that would have been held, by `reason`: `max_held`,
-/// `held_bytes` (no room for the body, `hold.max_held_bytes`), `memory` (above its enter
-/// line).
+/// `held_bytes` (no room for the body, `hold.max_held_bytes`, and it could not be read
+/// first), `memory` (above its enter line).
 pub const HOLDS_SKIPPED: &str = "weir_throttle_holds_skipped_total";
+/// Refusals held after their HTTP/1.1 body was read away, because the room for unread
+/// bodies (`hold.max_held_bytes`) was full.
+pub const HOLDS_READ_FIRST: &str = "weir_throttle_holds_read_first_total";
 /// How long each held refusal was held.
 pub const HOLD_SECONDS: &str = "weir_throttle_hold_seconds";
 /// Actual time between samples.

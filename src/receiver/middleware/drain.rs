@@ -105,7 +105,7 @@ fn has_body(req: &Request<Body>) -> bool {
 
 /// Answers with `Connection: close`; with the connection's stamp, the connection then
 /// closes lingering (the client reads its answer before a reset can destroy it).
-fn close(resp: &mut Response<Body>, stamp: Option<&RxStamp>) {
+pub fn close(resp: &mut Response<Body>, stamp: Option<&RxStamp>) {
     resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     if let Some(s) = stamp {
         s.linger_on_close();
@@ -113,7 +113,7 @@ fn close(resp: &mut Response<Body>, stamp: Option<&RxStamp>) {
 }
 
 /// Reads and drops the body; `false` when it was too long, too slow or broken.
-async fn read_away(body: Body) -> bool {
+pub async fn read_away(body: Body) -> bool {
     let read = async {
         let mut body = body;
         let mut seen = 0u64;
