@@ -122,6 +122,10 @@ async fn held_http1_bodies_stop_at_the_room_the_v2_memory_leaves_and_past_it_are
     assert!(of(ports[0]).is_some_and(|q| q > 50_000), "first held body not in the socket: {unread:?}");
     assert!(of(ports[1]).is_some_and(|q| q > 50_000), "second held body not in the socket: {unread:?}");
     assert_eq!(of(ports[2]), Some(0), "the body read first left bytes in the socket: {unread:?}");
+    // Read only to be dropped, it takes none of the body budget: only the slow request's
+    // small body is charged.
+    let in_flight = metric_value(&admin, "weir_receiver_body_bytes_in_flight").await.unwrap_or(0.0);
+    assert!(in_flight <= slow_body.len() as f64, "held refusals charged {in_flight} bytes to the body budget");
 
     // A body past the room that a refusal does not read (over 1 MiB) is answered at once,
     // closing, with its answer intact.

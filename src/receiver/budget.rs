@@ -97,11 +97,27 @@ fn gauge(used: u64) {
 pub struct Charge {
     budget: Arc<BodyBudget>,
     held: AtomicU64,
+    /// The body is being read only to be thrown away (a refusal's): its chunks are dropped
+    /// as they come and take none of the budget.
+    discarding: std::sync::atomic::AtomicBool,
 }
 
 impl Charge {
     fn new(budget: Arc<BodyBudget>) -> Self {
-        Charge { budget, held: AtomicU64::new(0) }
+        Charge { budget, held: AtomicU64::new(0), discarding: std::sync::atomic::AtomicBool::new(false) }
+    }
+
+    /// The body will be read only to be dropped chunk by chunk (a refused request's, read
+    /// away): what it holds is given back and nothing more is taken. Held refusals past
+    /// their byte room read their bodies while their clients wait; charged, hundreds of
+    /// such reads filled the budget and every other request was refused with 503.
+    pub fn discard(&self) {
+        self.discarding.store(true, Ordering::Release);
+        self.give_back(u64::MAX);
+    }
+
+    fn is_discarding(&self) -> bool {
+        self.discarding.load(Ordering::Acquire)
     }
 
     /// Takes `n` more bytes; false (nothing taken) when they do not fit.
@@ -177,6 +193,9 @@ impl http_body::Body for Charged {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let this = &mut *self;
+        if this.charge.is_discarding() {
+            return Pin::new(&mut this.inner).poll_frame(cx);
+        }
         if let Some(n) = this.declared.take() {
             if !this.charge.take(n) {
                 return Poll::Ready(Some(Err(this.over())));

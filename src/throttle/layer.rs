@@ -382,12 +382,16 @@ async fn held(
     // HTTP/2: the body goes now; the head stays to shape the answer.
     let req = if req.version() < axum::http::Version::HTTP_2 { req } else { req.map(|_| Body::empty()) };
     // HTTP/1.1 past the room for unread bodies: read away now, so that nothing waits in
-    // the socket; the client still waits out the hold. A body that does not arrive in
-    // time is answered at once, closing (as any refusal whose body cannot be read).
+    // the socket; the client still waits out the hold. The read may take the whole hold:
+    // a client that shares a busy core with hundreds of others sends a large body slowly
+    // (with refusals' usual 200 ms, most reads in the retry-at-once storm ran out and
+    // their clients came back on new connections). A body that does not arrive within
+    // the hold is answered then, closing, as any refusal whose body cannot be read.
     let req = if read_first {
+        drain::discarding(&req);
         let (parts, body) = req.into_parts();
         let req = Request::from_parts(parts, Body::empty());
-        if !drain::read_away(body).await {
+        if !drain::read_away_within(body, duration.max(drain::MAX_TIME)).await {
             drop(guard);
             let mut resp = answer(&req, started.elapsed());
             drain::close(&mut resp, req.extensions().get::<crate::receiver::rxstamp::RxStamp>());

@@ -72,6 +72,7 @@ pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<B
     let stamp = req.extensions().get::<RxStamp>().cloned();
     match slot {
         Some(slot) => Err(Box::pin(async move {
+            discarding(&req);
             if !read_away(req.into_body()).await {
                 close(&mut resp, stamp.as_ref());
             }
@@ -82,6 +83,14 @@ pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<B
             close(&mut resp, stamp.as_ref());
             Ok(resp)
         }
+    }
+}
+
+/// Marks a refused request's body as read only to be dropped: it takes none of the body
+/// budget (`receiver::budget`).
+pub fn discarding(req: &Request<Body>) {
+    if let Some(charge) = req.extensions().get::<std::sync::Arc<crate::receiver::budget::Charge>>() {
+        charge.discard();
     }
 }
 
@@ -113,7 +122,14 @@ pub fn close(resp: &mut Response<Body>, stamp: Option<&RxStamp>) {
 }
 
 /// Reads and drops the body; `false` when it was too long, too slow or broken.
-pub async fn read_away(body: Body) -> bool {
+async fn read_away(body: Body) -> bool {
+    read_away_within(body, MAX_TIME).await
+}
+
+/// Reads and drops the body within `limit`; `false` when it was longer than
+/// [`MAX_BYTES`], slower or broken. A held refusal reads its body while its client waits
+/// out the hold anyway, so it may take as long as the hold.
+pub async fn read_away_within(body: Body, limit: Duration) -> bool {
     let read = async {
         let mut body = body;
         let mut seen = 0u64;
@@ -128,5 +144,5 @@ pub async fn read_away(body: Body) -> bool {
         }
         true
     };
-    tokio::time::timeout(MAX_TIME, read).await.unwrap_or(false)
+    tokio::time::timeout(limit, read).await.unwrap_or(false)
 }
