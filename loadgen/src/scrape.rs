@@ -16,8 +16,8 @@ pub struct Sample {
     /// `weir_pipeline_queue_bytes`, `weir_receiver_connections` (each summed over its labels).
     pub gauges: BTreeMap<String, f64>,
     /// `weir_throttle_requests_total` by `decision/reason`, summed over the other labels,
-    /// `weir_receiver_connections_closed_total`, `weir_throttle_holds_read_first_total`, and
-    /// `weir_throttle_holds_skipped_total` as `holds_skipped/<reason>` (cumulative, as scraped).
+    /// `weir_receiver_connections_closed_total`, and `weir_throttle_holds_skipped_total` as
+    /// `holds_skipped/<reason>` (cumulative, as scraped).
     pub counters: BTreeMap<String, f64>,
 }
 
@@ -53,7 +53,7 @@ pub fn parse(t: f64, text: &str) -> Sample {
             let name = series.split_once('{').map_or(series, |(n, _)| n);
             if GAUGES.contains(&name) {
                 *s.gauges.entry(name.to_string()).or_default() += v;
-            } else if name == "weir_receiver_connections_closed_total" || name == "weir_throttle_holds_read_first_total" {
+            } else if name == "weir_receiver_connections_closed_total" {
                 *s.counters.entry(name.to_string()).or_default() += v;
             }
         }

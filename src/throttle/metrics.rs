@@ -16,16 +16,13 @@ pub const REQUESTS: &str = "weir_throttle_requests_total";
 pub const QUEUE_DELAY: &str = "weir_throttle_queue_delay_seconds";
 /// Refusals being held right now (`receiver.throttle.hold`).
 pub const HELD: &str = "weir_throttle_refusals_held";
-/// Bytes of unread HTTP/1.1 bodies the refusals held right now leave in weir's sockets,
-/// as reckoned for `hold.max_held_bytes`.
+/// Bytes of unread HTTP/1.1 bodies (too large to read away first) the refusals held right
+/// now leave in weir's sockets, as reckoned for `hold.max_held_bytes`.
 pub const HELD_BYTES: &str = "weir_throttle_held_bytes";
 /// Refusals answered at once that would have been held, by `reason`: `max_held`,
-/// `held_bytes` (no room for the body, `hold.max_held_bytes`, and it could not be read
-/// first), `memory` (above its enter line).
+/// `held_bytes` (a body too large to read away first, and no room for it unread,
+/// `hold.max_held_bytes`), `memory` (above its enter line).
 pub const HOLDS_SKIPPED: &str = "weir_throttle_holds_skipped_total";
-/// Refusals held after their HTTP/1.1 body was read away, because the room for unread
-/// bodies (`hold.max_held_bytes`) was full.
-pub const HOLDS_READ_FIRST: &str = "weir_throttle_holds_read_first_total";
 /// How long each held refusal was held.
 pub const HOLD_SECONDS: &str = "weir_throttle_hold_seconds";
 /// Actual time between samples.

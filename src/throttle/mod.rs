@@ -168,7 +168,6 @@ pub struct AdmissionClock {
     held_bytes_gauge: ::metrics::Gauge,
     hold_seconds: ::metrics::Histogram,
     skipped: [::metrics::Counter; 3],
-    read_first: ::metrics::Counter,
 }
 
 /// A refusal to hold (see [`AdmissionClock::hold`]).
@@ -177,8 +176,6 @@ pub struct Hold {
     pub duration: std::time::Duration,
     /// Counts it as held until dropped.
     pub guard: HeldGuard,
-    /// Read its HTTP/1.1 body away before the hold: the room for unread bodies was full.
-    pub read_first: bool,
 }
 
 /// Why a refusal that could have been held was answered at once.
@@ -186,8 +183,8 @@ pub struct Hold {
 pub enum HoldSkip {
     /// `hold.max_held` refusals are held already.
     MaxHeld,
-    /// Its unread body would pass `hold.max_held_bytes` (or the automatic room) and cannot
-    /// be read away first (no declared length, or more than a refusal reads).
+    /// Its body, too large to read away first, would take the unread bytes past
+    /// `hold.max_held_bytes` (or the automatic room).
     HeldBytes,
     /// Memory is above its enter line.
     Memory,
@@ -221,7 +218,6 @@ impl AdmissionClock {
             held_bytes_gauge: ::metrics::gauge!(metrics::HELD_BYTES),
             hold_seconds: ::metrics::histogram!(metrics::HOLD_SECONDS),
             skipped: HoldSkip::ALL.map(|r| ::metrics::counter!(metrics::HOLDS_SKIPPED, "reason" => r.as_str())),
-            read_first: ::metrics::counter!(metrics::HOLDS_READ_FIRST),
         }
     }
 
@@ -236,32 +232,21 @@ impl AdmissionClock {
         (self.held.load(Ordering::Acquire), self.held_bytes.load(Ordering::Acquire))
     }
 
-    /// Starts holding a refusal: how long, the guard that counts it as held until dropped,
-    /// and whether to read its body away first. `None`: answer at once (holding off, too
-    /// many held, no room for a body that cannot be read first, or a hold under a
-    /// millisecond, the timer's resolution). The hold is [`Admission::hold_for`] with
-    /// ±25% jitter, so that clients refused together do not all come back together;
-    /// `declared` is the refused request's body length, when known.
-    ///
-    /// `unread` is what the held request would leave unread in weir's socket (0 over
-    /// HTTP/2), counted against `room` (`hold.max_held_bytes`; `None`, no bound) until the
-    /// guard drops. Past the room, a body that `readable` says can be read away (HTTP/1.1,
-    /// a declared length within what a refusal reads) is held all the same, read first:
-    /// then it takes none of the room, and its client still waits on a timer instead of
-    /// sending it again at once.
-    pub fn hold(self: &Arc<Self>, declared: Option<u64>, unread: u64, room: Option<u64>, readable: bool) -> Option<Hold> {
+    /// Starts holding a refusal: how long, and the guard that counts it as held until
+    /// dropped. `None`: answer at once (holding off, too many held, no room for its
+    /// unread body, or a hold under a millisecond, the timer's resolution). The hold is
+    /// [`Admission::hold_for`] with ±25% jitter, so that clients refused together do not
+    /// all come back together; `declared` is the refused request's body length, when
+    /// known. `unread` is what the held request leaves unread in weir's socket (an
+    /// HTTP/1.1 body too large to read away first; 0 otherwise), counted against `room`
+    /// (`hold.max_held_bytes`; `None`, no bound) until the guard drops.
+    pub fn hold(self: &Arc<Self>, declared: Option<u64>, unread: u64, room: Option<u64>) -> Option<Hold> {
         use std::sync::atomic::Ordering;
-        let mut unread = unread;
-        let mut read_first = false;
         let before = self.held_bytes.fetch_add(unread, Ordering::AcqRel);
         if unread > 0 && room.is_some_and(|room| before.saturating_add(unread) > room) {
             self.held_bytes.fetch_sub(unread, Ordering::AcqRel);
-            if !readable {
-                self.skipped(HoldSkip::HeldBytes);
-                return None;
-            }
-            unread = 0;
-            read_first = true;
+            self.skipped(HoldSkip::HeldBytes);
+            return None;
         }
         let held = self.held.fetch_add(1, Ordering::AcqRel) + 1;
         let d = self.inner.hold_for(self.now(), held, declared).mul_f64(0.75 + 0.5 * rand::random::<f64>());
@@ -276,10 +261,7 @@ impl AdmissionClock {
         self.held_gauge.increment(1.0);
         self.held_bytes_gauge.increment(unread as f64);
         self.hold_seconds.record(d.as_secs_f64());
-        if read_first {
-            self.read_first.increment(1);
-        }
-        Some(Hold { duration: d, guard: HeldGuard { clock: Arc::clone(self), unread }, read_first })
+        Some(Hold { duration: d, guard: HeldGuard { clock: Arc::clone(self), unread } })
     }
 
     /// Nanoseconds since `origin`.
@@ -419,7 +401,7 @@ mod tests {
 
         // Busy: one request in flight on the one core. The refusal stays held.
         let ticket = adm.inner.admit(adm.now(), crate::admission::Pressure::default()).expect("an idle weir admits");
-        let (hold, guard) = adm.hold(None, 0, None, false).map(|h| (h.duration, h.guard)).expect("held");
+        let (hold, guard) = adm.hold(None, 0, None).map(|h| (h.duration, h.guard)).expect("held");
         assert!(hold >= Duration::from_secs(20), "nothing completed yet: the longest hold, jittered: {hold:?}");
         assert!(tokio::time::timeout(Duration::from_secs(1), guard.released_early()).await.is_err(), "released while busy");
 
@@ -431,39 +413,32 @@ mod tests {
     }
 
     #[test]
-    fn held_bodies_count_against_their_room_until_their_guards_drop() {
+    fn unread_bodies_count_against_their_room_until_their_guards_drop() {
         let adm = clock();
-        // Room for two 300 KB bodies: the third is answered at once.
-        let room = Some(700_000);
-        let hold = |unread, room, readable| adm.hold(Some(300_000), unread, room, readable);
-        let a = hold(300_000, room, false).expect("room for the first");
-        let b = hold(300_000, room, false).expect("room for the second");
-        assert!(!a.read_first && !b.read_first, "left in the socket while there is room");
-        assert!(hold(300_000, room, false).is_none(), "600 KB held, 300 KB more would pass 700 KB");
-        assert_eq!(adm.held_now(), (2, 600_000), "the refused one leaves nothing counted");
-        // A body that can be read away first is held all the same, taking none of the room.
-        let r = hold(300_000, room, true).expect("held after reading its body");
-        assert!(r.read_first);
-        assert_eq!(adm.held_now(), (3, 600_000));
-        // HTTP/2 leaves nothing in weir's socket: held whatever the room.
-        let h2 = hold(0, Some(0), false).expect("HTTP/2 takes no room");
-        assert!(!h2.read_first);
-        assert_eq!(adm.held_now(), (4, 600_000));
+        // Room for two 3 MB bodies: the third is answered at once.
+        let room = Some(7_000_000);
+        let hold = |unread, room| adm.hold(Some(3_000_000), unread, room);
+        let a = hold(3_000_000, room).expect("room for the first");
+        let b = hold(3_000_000, room).expect("room for the second");
+        assert!(hold(3_000_000, room).is_none(), "6 MB held, 3 MB more would pass 7 MB");
+        assert_eq!(adm.held_now(), (2, 6_000_000), "the refused one leaves nothing counted");
+        // A body read away first, or an HTTP/2 one, leaves nothing: held whatever the room.
+        let r = hold(0, Some(0)).expect("nothing unread takes no room");
+        assert_eq!(adm.held_now(), (3, 6_000_000));
         drop(a);
-        assert_eq!(adm.held_now(), (3, 300_000));
-        let c = hold(300_000, room, true).expect("room again once one was answered");
-        assert!(!c.read_first, "with room the body stays in the socket");
+        assert_eq!(adm.held_now(), (2, 3_000_000));
+        let c = hold(3_000_000, room).expect("room again once one was answered");
         // Without a bound, counted all the same.
-        let d = adm.hold(None, 5_000_000, None, false).expect("no bound");
-        assert_eq!(adm.held_now(), (5, 5_600_000));
-        drop((b, c, d, h2, r));
+        let d = adm.hold(None, 5_000_000, None).expect("no bound");
+        assert_eq!(adm.held_now(), (4, 11_000_000));
+        drop((b, c, d, r));
         assert_eq!(adm.held_now(), (0, 0));
     }
 
     #[tokio::test(start_paused = true)]
     async fn while_nothing_is_admitted_each_check_releases_twice_as_many() {
         let adm = clock();
-        let guards: Vec<_> = (0..100).map(|_| adm.hold(None, 0, None, false).expect("held").guard).collect();
+        let guards: Vec<_> = (0..100).map(|_| adm.hold(None, 0, None).expect("held").guard).collect();
         let (_stop, stop_rx) = watch::channel(false);
         tokio::spawn(release_when_idle(Arc::clone(&adm), stop_rx));
         let released = Arc::new(std::sync::atomic::AtomicUsize::new(0));
