@@ -66,11 +66,12 @@ pub struct QueueDelayConfig {
     pub target: Duration,
 }
 
-/// Held refusals: a refused request is answered after a delay instead of at once, with
-/// its body left unread. A client that retries as soon as it is refused (the seed's
-/// loadgen loop, custom exporters, agents restarting together) then waits on a timer
-/// instead of making weir receive and refuse the same request thousands of times a
-/// second: refusing stops being the load. The delay spreads the held clients' returns
+/// Held refusals: a refused request is answered after a delay instead of at once, its
+/// body never decoded (over HTTP/1.1 read away during the hold up to 1 MiB, or left unread
+/// in the socket). A client that retries as soon as it is refused (the seed's loadgen
+/// loop, custom exporters, agents restarting together) then waits on a timer instead of
+/// making weir receive and refuse the same request thousands of times a second: refusing
+/// stops being the load. The delay spreads the held clients' returns
 /// over time so that they come back at about `return_ratio` × the rate weir completes
 /// admitted requests (enough arrivals to keep the core busy, few enough that refusing
 /// stays cheap): delay = held ÷ (return_ratio × completions per second), at most `max`,
@@ -92,16 +93,16 @@ pub struct HoldConfig {
     /// answered at once while memory is above its enter line.
     pub max_held: usize,
     /// Bytes of unread HTTP/1.1 bodies that held refusals may leave in weir's socket
-    /// buffers at once; a refusal that would pass it is answered at once. Each held
-    /// HTTP/1.1 refusal counts its declared length (a body without one counts as much as
-    /// a socket can buffer, `net.ipv4.tcp_rmem`'s maximum). HTTP/2 keeps a refused body
-    /// with its client, so held HTTP/2 refusals count nothing.
+    /// buffers at once; a refusal that would pass it is answered at once. Only bodies a
+    /// refusal does not read count: over 1 MiB, or without a declared length (counted as
+    /// much as a socket can buffer, `net.ipv4.tcp_rmem`'s maximum). Smaller ones are read
+    /// away during the hold, and HTTP/2 keeps a refused body with its client.
     ///
     /// 0, the default, means: under cgroup v2, which charges socket buffers to the
     /// container (`sock` in `memory.stat`), the room between the memory enter line and
     /// what the container uses apart from socket buffers, re-read every sample; under
     /// cgroup v1, which does not charge them, or without a memory limit, no bound. With
-    /// 512 clients holding 700 KB bodies the unread bodies reached 410-430 MiB, more than
+    /// 512 clients holding 700 KB bodies unread the sockets reached 410-430 MiB, more than
     /// a 300 MiB container, and the memory level (read once per sample) sees them only
     /// after they arrived.
     pub max_held_bytes: u64,

@@ -1,7 +1,7 @@
-"""Summarises the held-bytes runs in this folder: one row per run and phase."""
+"""Summarises the held-bytes runs in a folder (the argument): a row per run and phase."""
 import glob, json, os, sys
 
-here = os.path.dirname(os.path.abspath(__file__))
+here = sys.argv[1]
 rows = []
 
 
