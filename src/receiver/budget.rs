@@ -108,9 +108,9 @@ impl Charge {
     }
 
     /// The body will be read only to be dropped chunk by chunk (a refused request's, read
-    /// away): what it holds is given back and nothing more is taken. Held refusals past
-    /// their byte room read their bodies while their clients wait; charged, hundreds of
-    /// such reads filled the budget and every other request was refused with 503.
+    /// away): what it holds is given back and nothing more is taken. Held refusals read
+    /// their bodies while their clients wait out the hold; charged, hundreds of such reads
+    /// filled the budget and every other request was refused with 503.
     pub fn discard(&self) {
         self.discarding.store(true, Ordering::Release);
         self.give_back(u64::MAX);
