@@ -139,6 +139,16 @@ async fn a_held_http1_body_is_read_away_during_the_hold_and_takes_no_room_and_no
     // request's small body is charged.
     let in_flight = metric_value(&admin, "weir_receiver_body_bytes_in_flight").await.unwrap_or(0.0);
     assert!(in_flight <= rest.len() as f64 + 1.0, "held refusals charged {in_flight} bytes to the body budget");
+    // A request with no body at all (no length, no transfer coding) leaves nothing unread:
+    // held too, taking no room.
+    let mut bare = tokio::net::TcpStream::connect(w.app.http_addr.unwrap()).await.unwrap();
+    let bare_answer = tokio::spawn(async move {
+        exchange_raw(&mut bare, "POST /v1/traces HTTP/1.1\r\nhost: weir\r\ncontent-type: application/x-protobuf\r\n\r\n", b"").await
+    });
+    let v = wait_debug(&admin, "the body-less request held", |v| v["hold"]["held"] == 4).await;
+    assert_eq!(v["hold"]["held_bytes"], 0, "{}", v["hold"]);
+    let (status, connection, _) = bare_answer.await.unwrap().expect("the body-less refusal's answer");
+    assert_eq!((status, connection), (429, None));
     // Each answered after its hold with a complete 429 on a connection that stays open.
     for a in answers {
         let (r, _) = a.await.unwrap();

@@ -473,24 +473,19 @@ impl CgroupReader {
             }
         }
         let level = best.map(|(_, l)| l).or_else(|| c.chain.first())?;
+        // One read of memory.stat for every field: the sampler runs every 250 ms.
+        let stat = fs::read_to_string(level.dir.join("memory.stat")).unwrap_or_default();
         let (usage, inactive, sock) = match c.version {
-            Version::V1 => {
-                let stat = fs::read_to_string(level.dir.join("memory.stat")).unwrap_or_default();
-                (
-                    read_trim(&level.dir.join("memory.usage_in_bytes")).and_then(|s| s.parse::<u64>().ok())?,
-                    stat_field(&stat, "total_inactive_file").or_else(|| stat_field(&stat, "inactive_file")).unwrap_or(0),
-                    None,
-                )
-            }
-            Version::V2 => {
-                // One read of memory.stat for both fields: the sampler runs every 250 ms.
-                let stat = fs::read_to_string(level.dir.join("memory.stat")).unwrap_or_default();
-                (
-                    read_trim(&level.dir.join("memory.current")).and_then(|s| s.parse::<u64>().ok())?,
-                    stat_field(&stat, "inactive_file").unwrap_or(0),
-                    Some(stat_field(&stat, "sock").unwrap_or(0)),
-                )
-            }
+            Version::V1 => (
+                read_trim(&level.dir.join("memory.usage_in_bytes")).and_then(|s| s.parse::<u64>().ok())?,
+                stat_field(&stat, "total_inactive_file").or_else(|| stat_field(&stat, "inactive_file")).unwrap_or(0),
+                None,
+            ),
+            Version::V2 => (
+                read_trim(&level.dir.join("memory.current")).and_then(|s| s.parse::<u64>().ok())?,
+                stat_field(&stat, "inactive_file").unwrap_or(0),
+                Some(stat_field(&stat, "sock").unwrap_or(0)),
+            ),
         };
         let working_set = usage.saturating_sub(inactive);
         Some(MemoryReading { working_set, limit: best.map(|(v, _)| v), sock: sock.map(|s| s.min(working_set)) })

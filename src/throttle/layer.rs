@@ -10,7 +10,8 @@ use super::manager::{Decision, Reason, ThrottleManager};
 use super::metrics::{QUEUE_DELAY, REQUESTS};
 use super::{AdmissionClock, DoneGuard};
 use crate::admission::Layer as AdmissionLayer;
-use crate::receiver::middleware::{drain, ServerKind};
+use crate::receiver::middleware::drain::{self, RefusedBody};
+use crate::receiver::middleware::ServerKind;
 use crate::receiver::response::ApiError;
 use crate::signal::Signal;
 use axum::body::Body;
@@ -225,29 +226,28 @@ impl ThrottleLayer {
         // a 300 MiB container past the bench's 0.60, and answering them at once brought
         // the spinning back (HTTP/1.1 burst 100% -> 79% of A).
         crate::receiver::h2conn::discard_unread(req.extensions());
-        let http1 = req.version() < axum::http::Version::HTTP_2;
         // Over HTTP/1.1 a body a refusal may read (a declared length up to 1 MiB) is read
         // away while its client waits out the hold; a larger one, or one without a length,
         // waits unread in weir's socket and counts against `hold.max_held_bytes`. HTTP/2
         // leaves a refused body with its client.
-        let read_first = http1 && declared.is_some_and(|n| n > 0 && n <= drain::MAX_BYTES);
+        let body = drain::refused_body(&req, declared);
         let hold = if self.manager.memory_above_enter() {
             self.admission.skipped(super::HoldSkip::Memory);
             None
         } else {
-            let unread = if http1 && !read_first { unread_bound(declared) } else { 0 };
+            let unread = if body == RefusedBody::Unreadable { unread_bound(declared) } else { 0 };
             self.admission.hold(declared, unread, self.manager.hold_room())
         };
         if let Some(hold) = hold {
             // Paused now, before hyper's next read could take more of a body left unread.
-            let pause = (http1 && !read_first)
+            let pause = (body == RefusedBody::Unreadable)
                 .then(|| req.extensions().get::<crate::receiver::rxstamp::RxStamp>().map(|s| s.pause_reads()))
                 .flatten();
             let kind = self.kind;
             let answer = move |req: &Request<Body>, held: std::time::Duration| {
                 crate::receiver::middleware::reject_counted(kind, req, err(retry_after.saturating_sub(held)))
             };
-            return Err(Box::pin(held(req, answer, hold, read_first, pause)));
+            return Err(Box::pin(held(req, answer, hold, body == RefusedBody::Readable, pause)));
         }
         let resp = crate::receiver::middleware::reject_counted(self.kind, &req, err(retry_after));
         // Nothing of the body is decompressed or decoded; over HTTP/1.1 a modest one is
@@ -394,10 +394,8 @@ async fn held(
     // connections). A body that does not arrive within the hold is answered then,
     // closing, as any refusal whose body cannot be read.
     let req = if read_first {
-        drain::discarding(&req);
-        let (parts, body) = req.into_parts();
-        let req = Request::from_parts(parts, Body::empty());
-        if !drain::read_away_within(body, duration.max(drain::MAX_TIME)).await {
+        let (req, whole) = drain::read_body_away(req, duration.max(drain::MAX_TIME)).await;
+        if !whole {
             drop(guard);
             let mut resp = answer(&req, started.elapsed());
             drain::close(&mut resp, req.extensions().get::<crate::receiver::rxstamp::RxStamp>());

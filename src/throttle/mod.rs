@@ -242,26 +242,39 @@ impl AdmissionClock {
     /// (`hold.max_held_bytes`; `None`, no bound) until the guard drops.
     pub fn hold(self: &Arc<Self>, declared: Option<u64>, unread: u64, room: Option<u64>) -> Option<Hold> {
         use std::sync::atomic::Ordering;
-        let before = self.held_bytes.fetch_add(unread, Ordering::AcqRel);
-        if unread > 0 && room.is_some_and(|room| before.saturating_add(unread) > room) {
-            self.held_bytes.fetch_sub(unread, Ordering::AcqRel);
-            self.skipped(HoldSkip::HeldBytes);
-            return None;
+        // Most holds leave nothing unread (HTTP/2, bodies read during the hold): no byte
+        // accounting for them.
+        if unread > 0 {
+            let before = self.held_bytes.fetch_add(unread, Ordering::AcqRel);
+            if room.is_some_and(|room| before.saturating_add(unread) > room) {
+                self.held_bytes.fetch_sub(unread, Ordering::AcqRel);
+                self.skipped(HoldSkip::HeldBytes);
+                return None;
+            }
         }
         let held = self.held.fetch_add(1, Ordering::AcqRel) + 1;
         let d = self.inner.hold_for(self.now(), held, declared).mul_f64(0.75 + 0.5 * rand::random::<f64>());
         if d < std::time::Duration::from_millis(1) {
             self.held.fetch_sub(1, Ordering::AcqRel);
-            self.held_bytes.fetch_sub(unread, Ordering::AcqRel);
+            self.release_bytes(unread);
             if held > self.inner.max_held() {
                 self.skipped(HoldSkip::MaxHeld);
             }
             return None;
         }
         self.held_gauge.increment(1.0);
-        self.held_bytes_gauge.increment(unread as f64);
+        if unread > 0 {
+            self.held_bytes_gauge.increment(unread as f64);
+        }
         self.hold_seconds.record(d.as_secs_f64());
         Some(Hold { duration: d, guard: HeldGuard { clock: Arc::clone(self), unread } })
+    }
+
+    /// Gives back `unread` bytes counted by [`AdmissionClock::hold`].
+    fn release_bytes(&self, unread: u64) {
+        if unread > 0 {
+            self.held_bytes.fetch_sub(unread, std::sync::atomic::Ordering::AcqRel);
+        }
     }
 
     /// Nanoseconds since `origin`.
@@ -350,11 +363,12 @@ impl HeldGuard {
 
 impl Drop for HeldGuard {
     fn drop(&mut self) {
-        use std::sync::atomic::Ordering;
-        self.clock.held.fetch_sub(1, Ordering::AcqRel);
-        self.clock.held_bytes.fetch_sub(self.unread, Ordering::AcqRel);
+        self.clock.held.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         self.clock.held_gauge.decrement(1.0);
-        self.clock.held_bytes_gauge.decrement(self.unread as f64);
+        if self.unread > 0 {
+            self.clock.release_bytes(self.unread);
+            self.clock.held_bytes_gauge.decrement(self.unread as f64);
+        }
     }
 }
 

@@ -51,29 +51,49 @@ impl Drop for Slot {
 /// A refusal answer that must first read the request body away.
 pub type Draining = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 
+/// What a refusal does with an HTTP/1.x request's body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusedBody {
+    /// HTTP/2 (the stream is reset, the connection carries on) or no body at all.
+    None,
+    /// A declared length up to [`MAX_BYTES`]: read away so the connection survives.
+    Readable,
+    /// Larger, or of unknown length: not read; the answer closes the connection.
+    Unreadable,
+}
+
+/// Which [`RefusedBody`] a request has; `declared` is its declared length (read once by
+/// the caller).
+pub fn refused_body(req: &Request<Body>, declared: Option<u64>) -> RefusedBody {
+    if req.version() > Version::HTTP_11 || !has_body(req) {
+        RefusedBody::None
+    } else if declared.is_some_and(|n| n <= MAX_BYTES) {
+        RefusedBody::Readable
+    } else {
+        RefusedBody::Unreadable
+    }
+}
+
 /// The refusal as it should go out: at once (HTTP/2, or HTTP/1.x that cannot be kept), or
 /// after the body has been read away.
 ///
-/// A held refusal (`receiver.throttle.hold`) ends here too, its body read away like any
-/// other. Closing it instead reads nothing itself, but the lingering close throws most of
-/// the body away in the kernel all the same, and a client that retries at once comes back
-/// on a new connection: in the retry-at-once storm weir took 18-19K new connections in a
-/// run that way and 1.6-1.7K keeping them, at the same accepted rate on loopback
-/// (`bench/results/2026-12-03/ab-held-readaway/`). A new connection costs more where
-/// there is TLS, a load balancer or a NAT table in between.
+/// A held refusal whose body is left unread for its hold (too large to read, or of
+/// unknown length) ends here too. Closing a held connection instead reads nothing itself,
+/// but the lingering close throws most of the body away in the kernel all the same, and a
+/// client that retries at once comes back on a new connection: in the retry-at-once storm
+/// weir took 18-19K new connections in a run that way and 1.6-1.7K keeping them, at the
+/// same accepted rate on loopback (`bench/results/2026-12-03/ab-held-readaway/`). A new
+/// connection costs more where there is TLS, a load balancer or a NAT table in between.
 pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<Body>, Draining> {
-    if req.version() > Version::HTTP_11 || !has_body(&req) {
-        return Ok(resp);
-    }
-    let slot = match super::declared_len(&req) {
-        Some(n) if n <= MAX_BYTES => Slot::take(),
-        _ => None,
+    let slot = match refused_body(&req, super::declared_len(&req)) {
+        RefusedBody::None => return Ok(resp),
+        RefusedBody::Readable => Slot::take(),
+        RefusedBody::Unreadable => None,
     };
     let stamp = req.extensions().get::<RxStamp>().cloned();
     match slot {
         Some(slot) => Err(Box::pin(async move {
-            discarding(&req);
-            if !read_away(req.into_body()).await {
+            if !read_body_away(req, MAX_TIME).await.1 {
                 close(&mut resp, stamp.as_ref());
             }
             drop(slot);
@@ -83,14 +103,6 @@ pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<B
             close(&mut resp, stamp.as_ref());
             Ok(resp)
         }
-    }
-}
-
-/// Marks a refused request's body as read only to be dropped: it takes none of the body
-/// budget (`receiver::budget`).
-pub fn discarding(req: &Request<Body>) {
-    if let Some(charge) = req.extensions().get::<std::sync::Arc<crate::receiver::budget::Charge>>() {
-        charge.discard();
     }
 }
 
@@ -121,17 +133,17 @@ pub fn close(resp: &mut Response<Body>, stamp: Option<&RxStamp>) {
     }
 }
 
-/// Reads and drops the body; `false` when it was too long, too slow or broken.
-async fn read_away(body: Body) -> bool {
-    read_away_within(body, MAX_TIME).await
-}
-
-/// Reads and drops the body within `limit`; `false` when it was longer than
-/// [`MAX_BYTES`], slower or broken. A held refusal reads its body while its client waits
-/// out the hold anyway, so it may take as long as the hold.
-pub async fn read_away_within(body: Body, limit: Duration) -> bool {
+/// Reads a refused request's body within `limit` and drops it chunk by chunk, taking none
+/// of the body budget (`receiver::budget`): the request's head, now with an empty body,
+/// and whether the whole body came (`false` when it was longer than [`MAX_BYTES`], slower
+/// or broken; the answer must then close the connection). A held refusal reads its body
+/// while its client waits out the hold anyway, so it may take as long as the hold.
+pub async fn read_body_away(req: Request<Body>, limit: Duration) -> (Request<Body>, bool) {
+    if let Some(charge) = req.extensions().get::<std::sync::Arc<crate::receiver::budget::Charge>>() {
+        charge.discard();
+    }
+    let (parts, mut body) = req.into_parts();
     let read = async {
-        let mut body = body;
         let mut seen = 0u64;
         while let Some(frame) = body.frame().await {
             let Ok(frame) = frame else { return false };
@@ -144,5 +156,6 @@ pub async fn read_away_within(body: Body, limit: Duration) -> bool {
         }
         true
     };
-    tokio::time::timeout(limit, read).await.unwrap_or(false)
+    let whole = tokio::time::timeout(limit, read).await.unwrap_or(false);
+    (Request::from_parts(parts, Body::empty()), whole)
 }
