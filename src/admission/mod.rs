@@ -227,6 +227,12 @@ impl Admission {
         self.waiting.fetch_sub(1, Ordering::AcqRel);
     }
 
+    /// Whether requests may wait for an in-flight slot (`max_inflight_wait` is set) and
+    /// none does: a request admitted now, or one that waits, is next on the core.
+    pub fn line_empty(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) <= 0 && !self.inflight_wait().is_zero()
+    }
+
     /// Whether a core has nothing to do: fewer requests in flight than effective cores
     /// (rounded up) and none waiting for a slot.
     pub fn core_idle(&self) -> bool {

@@ -406,12 +406,15 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
             }
             // As weir's idle check (`throttle::release_when_idle`): every 10 ms, when nothing
             // was admitted since the last check and nothing waits to be served, the
-            // longest-held are answered early, one and then twice as many per idle check.
+            // longest-held are answered early, one and then twice as many per idle check;
+            // with a line configured (`max_inflight_wait`; no scenario sets one), one per
+            // check while nobody waits in it.
             if (now / TICK_NS) % IDLE_CHECK_TICKS == 0 {
                 let admitted = admission.admitted_total();
                 let quiet = admitted == last_admitted;
                 last_admitted = admitted;
-                for _ in 0..release.step(queue.is_empty() && !held.is_empty(), quiet).min(held.len()) {
+                let n = release.step(queue.is_empty() && !held.is_empty(), !held.is_empty() && admission.line_empty(), quiet);
+                for _ in 0..n.min(held.len()) {
                     let Some((_, c)) = held.pop_front() else { break };
                     clients.push(std::cmp::Reverse((now + TICK_NS, c)));
                 }
