@@ -122,6 +122,8 @@ pub struct Admission {
     waiting: AtomicI64,
     /// Requests admitted since start.
     admitted_total: std::sync::atomic::AtomicU64,
+    /// Requests that joined the line since start.
+    joined_total: std::sync::atomic::AtomicU64,
     state: Mutex<State>,
     /// `weir_admission_pid_rate`, registered once: the PID update runs on a request's path.
     pid_gauge: metrics::Gauge,
@@ -161,6 +163,7 @@ impl Admission {
             inflight: AtomicI64::new(0),
             waiting: AtomicI64::new(0),
             admitted_total: std::sync::atomic::AtomicU64::new(0),
+            joined_total: std::sync::atomic::AtomicU64::new(0),
             pid_gauge: metrics::gauge!(crate::telemetry::names::PID_RATE),
             state: Mutex::new(State {
                 // Arrivals: 5 s in 50 buckets (seed 000); pass and RT: the BBR window.
@@ -219,7 +222,16 @@ impl Admission {
     pub fn join_line(&self) -> bool {
         let per_core = self.cfg.load().max_inflight_queue_per_core;
         let bound = if per_core > 0.0 { (per_core * self.cores).ceil().max(1.0) as i64 } else { i64::MAX };
-        self.waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < bound).then_some(n + 1)).is_ok()
+        let joined = self.waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < bound).then_some(n + 1)).is_ok();
+        if joined {
+            self.joined_total.fetch_add(1, Ordering::Relaxed);
+        }
+        joined
+    }
+
+    /// Requests that joined the line since start.
+    pub fn joined_total(&self) -> u64 {
+        self.joined_total.load(Ordering::Relaxed)
     }
 
     /// Leaves the line joined with [`Admission::join_line`].
@@ -227,10 +239,11 @@ impl Admission {
         self.waiting.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// Whether requests may wait for an in-flight slot (`max_inflight_wait` is set) and
-    /// none does: a request admitted now, or one that waits, is next on the core.
+    /// Whether there is a line for the core (an in-flight cap, and `max_inflight_wait` to
+    /// wait for it) and nobody waits in it: a request admitted now, or one that waits, is
+    /// next on the core.
     pub fn line_empty(&self) -> bool {
-        self.waiting.load(Ordering::Acquire) <= 0 && !self.inflight_wait().is_zero()
+        self.waiting.load(Ordering::Acquire) <= 0 && self.cap.load(Ordering::Relaxed) > 0 && !self.inflight_wait().is_zero()
     }
 
     /// Whether a core has nothing to do: fewer requests in flight than effective cores

@@ -295,3 +295,28 @@ fn the_line_for_a_slot_is_bounded_per_core() {
     a.reconfigure(&c);
     assert!((0..100).all(|_| a.join_line()), "0: no bound");
 }
+
+#[test]
+fn the_line_is_empty_only_where_there_is_a_line_and_nobody_waits_in_it() {
+    assert!(!Admission::new(&cfg(), 1.0).line_empty(), "no cap, no wait: no line");
+    let no_wait = ThrottleConfig { max_inflight_per_core: 1.0, ..cfg() };
+    assert!(!Admission::new(&no_wait, 1.0).line_empty(), "a cap but no wait: refused at once, no line");
+    let no_cap = ThrottleConfig { max_inflight_wait: Duration::from_millis(20), ..cfg() };
+    assert!(!Admission::new(&no_cap, 1.0).line_empty(), "a wait but no cap: nothing to wait for");
+    let line = ThrottleConfig {
+        max_inflight_per_core: 1.0,
+        max_inflight_wait: Duration::from_millis(20),
+        max_inflight_queue_per_core: 1.0,
+        ..cfg()
+    };
+    let a = Admission::new(&line, 1.0);
+    assert!(a.line_empty());
+    let before = a.joined_total();
+    assert!(a.join_line());
+    assert!(!a.line_empty(), "one waits");
+    assert_eq!(a.joined_total(), before + 1);
+    assert!(!a.join_line(), "a line of one per core is full");
+    assert_eq!(a.joined_total(), before + 1, "a request turned away did not join");
+    a.leave_line();
+    assert!(a.line_empty());
+}

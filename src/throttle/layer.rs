@@ -303,7 +303,10 @@ where
         }
         let mut decision = self.layer.manager.decide_as(signal, priority);
         if self.layer.admission.enabled && matches!(decision, Decision::Reject { reason: Reason::Shed, .. }) {
-            let idle = self.layer.admission.inner.core_idle();
+            let adm = &self.layer.admission.inner;
+            // A core with nothing to do, or with nothing ready behind the request it serves
+            // while no more important class is arriving (see `spare_idle_core`).
+            let idle = adm.core_idle() || (adm.line_empty() && priority.is_none_or(|p| self.layer.manager.leads_mix(p)));
             decision = super::manager::spare_idle_core(decision, idle, idle && self.layer.manager.only_cpu_pressed());
         }
         match decision {
