@@ -461,11 +461,10 @@ mod tests {
         let guard = adm.hold(None, 0, None).expect("held").guard;
         assert!(tokio::time::timeout(Duration::from_secs(1), guard.released_early()).await.is_err(), "released with the line full");
 
-        // The waiting request leaves the line (refused in turn, or served): the core is
-        // still busy, but nothing is ready behind it, so one held client is let back once
-        // a whole check has gone by with nobody joining.
-        // Midway between two checks; someone joins and leaves again before the next, so
-        // that one lets nobody back, and the one after does.
+        // Midway between two checks the waiting request leaves the line (refused in turn,
+        // or served): the core is still busy, but nothing is ready behind it. Someone
+        // joins and leaves again before the next check, so that one lets nobody back; the
+        // one after, with nobody having joined, lets one held client back.
         tokio::time::sleep(IDLE_CHECK / 2).await;
         adm.inner.leave_line();
         assert!(adm.inner.join_line(), "room in the line");
