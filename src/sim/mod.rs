@@ -13,7 +13,9 @@ use crate::admission::{Admission, Ticket};
 use crate::config::Priority;
 use crate::config::ThrottleConfig;
 use crate::signal::Signal;
-use crate::throttle::manager::{decide_with_priority, leads_mix, only_cpu_pressed, spare_idle_core, ClassMix, Decision, Snapshot};
+use crate::throttle::manager::{
+    core_free, decide_with_priority, leads_mix, only_cpu_pressed, spare_idle_core, ClassMix, Decision, Snapshot,
+};
 use crate::throttle::sampler::{Readings, Stepper};
 use crate::throttle::state::State;
 use std::collections::VecDeque;
@@ -349,8 +351,8 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                 }
                 // A shed that would leave the core idle is admitted, as in the tower layer.
                 let decision = decide_with_priority(&config, &rule, &snap, Signal::Traces, classes[class], rng.uniform());
-                let idle = admission.core_idle() || (admission.line_empty() && leads_mix(&snap.class_share, classes[class]));
-                let decision = spare_idle_core(decision, idle, idle && only_cpu_pressed(&config.thresholds, &snap.level));
+                let free = core_free(&admission, || leads_mix(&snap.class_share, classes[class]));
+                let decision = spare_idle_core(decision, free, free && only_cpu_pressed(&config.thresholds, &snap.level));
                 let admitted = match decision {
                     // Critical skips the adaptive layers, as in the tower layer.
                     Decision::Admit(_) if class == 0 => Some(Ticket { start: now, bytes: 0 }),

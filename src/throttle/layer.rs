@@ -303,11 +303,9 @@ where
         }
         let mut decision = self.layer.manager.decide_as(signal, priority);
         if self.layer.admission.enabled && matches!(decision, Decision::Reject { reason: Reason::Shed, .. }) {
-            let adm = &self.layer.admission.inner;
-            // A core with nothing to do, or with nothing ready behind the request it serves
-            // while no more important class is arriving (see `spare_idle_core`).
-            let idle = adm.core_idle() || (adm.line_empty() && priority.is_none_or(|p| self.layer.manager.leads_mix(p)));
-            decision = super::manager::spare_idle_core(decision, idle, idle && self.layer.manager.only_cpu_pressed());
+            let manager = &self.layer.manager;
+            let free = super::manager::core_free(&self.layer.admission.inner, || priority.is_none_or(|p| manager.leads_mix(p)));
+            decision = super::manager::spare_idle_core(decision, free, free && manager.only_cpu_pressed());
         }
         match decision {
             // Critical traffic skips the adaptive layers: it is refused only when Open.

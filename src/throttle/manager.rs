@@ -169,6 +169,13 @@ pub fn leads_mix(share: &[f64; 3], priority: Priority) -> bool {
     }
 }
 
+/// Whether a shed would leave a core without work (what [`spare_idle_core`] takes as
+/// `core_idle`): a core is idle, or, with a line for the core, nobody waits in it and
+/// `leads` (no more important class is arriving, [`leads_mix`]; asked only then).
+pub fn core_free(admission: &crate::admission::Admission, leads: impl FnOnce() -> bool) -> bool {
+    admission.core_idle() || (admission.line_empty() && leads())
+}
+
 /// A shed that would leave a core idle is admitted instead (`Reason::IdleCore`), when
 /// only the CPU level is high. The CPU level is a smoothed share of the last seconds, so
 /// it stays above its line for a while after the load has stopped being the CPU's: the
@@ -179,7 +186,7 @@ pub fn leads_mix(share: &[f64; 3], priority: Priority) -> bool {
 /// burst of arrivals finding one idle core does not all get in. Memory and disk pressure
 /// are not about idle cores: their sheds stand. Open refusals always stand.
 ///
-/// The caller counts as idle also a core that is busy while nobody waits in its line
+/// [`core_free`] counts as idle also a core that is busy while nobody waits in its line
 /// (an in-flight cap with `max_inflight_wait`; see [`crate::admission::Admission::line_empty`])
 /// if no more important class is arriving ([`leads_mix`]): with a line the in-flight cap
 /// already holds the work to what the cores serve, and a shed then only takes away the
