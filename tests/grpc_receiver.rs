@@ -165,6 +165,11 @@ async fn a_connection_refused_many_times_still_carries_the_next_admitted_request
     // through, so this only completes if the window is opened again.
     let ok = tokio::time::timeout(std::time::Duration::from_secs(10), export(2000)).await.expect("no stall");
     assert!(ok.is_ok(), "{ok:?}");
+    // Both changes are counted: the window closed for the refusals and opened again.
+    for to in ["closed", "open"] {
+        let n = metric_value(&w.admin(), &format!("weir_receiver_h2_window_changes_total{{to=\"{to}\"}}")).await;
+        assert!(n.unwrap_or(0.0) >= 1.0, "window changes to {to}: {n:?}");
+    }
     w.app.shutdown().await;
 }
 

@@ -16,8 +16,9 @@ pub struct Sample {
     /// `weir_pipeline_queue_bytes`, `weir_receiver_connections` (each summed over its labels).
     pub gauges: BTreeMap<String, f64>,
     /// `weir_throttle_requests_total` by `decision/reason`, summed over the other labels,
-    /// `weir_receiver_connections_closed_total`, and `weir_throttle_holds_skipped_total` as
-    /// `holds_skipped/<reason>` (cumulative, as scraped).
+    /// `weir_receiver_connections_closed_total`, `weir_throttle_holds_skipped_total` as
+    /// `holds_skipped/<reason>`, and `weir_receiver_h2_window_changes_total` as
+    /// `h2_window/<to>` (cumulative, as scraped).
     pub counters: BTreeMap<String, f64>,
 }
 
@@ -49,6 +50,10 @@ pub fn parse(t: f64, text: &str) -> Sample {
             *s.counters.entry(format!("{d}/{r}")).or_default() += v;
         } else if let Some(r) = label("weir_throttle_holds_skipped_total{", "reason") {
             *s.counters.entry(format!("holds_skipped/{r}")).or_default() += v;
+        } else if let Some(why) = label("weir_throttle_holds_released_total{", "why") {
+            *s.counters.entry(format!("holds_released/{why}")).or_default() += v;
+        } else if let Some(to) = label("weir_receiver_h2_window_changes_total{", "to") {
+            *s.counters.entry(format!("h2_window/{to}")).or_default() += v;
         } else {
             let name = series.split_once('{').map_or(series, |(n, _)| n);
             if GAUGES.contains(&name) {
@@ -76,11 +81,13 @@ mod tests {
         let text = "weir_throttle_requests_total{protocol=\"http\",record_type=\"traces\",decision=\"denied\",reason=\"bbr\"} 4\n\
                     weir_throttle_requests_total{protocol=\"grpc\",record_type=\"logs\",decision=\"denied\",reason=\"bbr\"} 3\n\
                     weir_throttle_refusals_held 7\nweir_pipeline_queue_bytes{pipeline=\"traces\"} 100\nweir_other 1\n\
-                    weir_throttle_held_bytes 2100000\nweir_throttle_holds_skipped_total{reason=\"held_bytes\"} 5\n";
+                    weir_throttle_held_bytes 2100000\nweir_throttle_holds_skipped_total{reason=\"held_bytes\"} 5\n\
+                    weir_receiver_h2_window_changes_total{to=\"closed\"} 9\n";
         let s = super::parse(1.0, text);
         assert_eq!(s.counters["denied/bbr"], 7.0);
         assert_eq!(s.gauges["weir_throttle_held_bytes"], 2_100_000.0);
         assert_eq!(s.counters["holds_skipped/held_bytes"], 5.0);
+        assert_eq!(s.counters["h2_window/closed"], 9.0);
         assert_eq!(s.gauges["weir_throttle_refusals_held"], 7.0);
         assert_eq!(s.gauges["weir_pipeline_queue_bytes"], 100.0);
         assert!(!s.gauges.contains_key("weir_other"));

@@ -518,6 +518,8 @@ where
             if want != asked && conn.set_initial_window_size(want).is_ok() {
                 asked = want;
                 window.closed.store(want == 0, Ordering::Release);
+                ::metrics::counter!(crate::telemetry::names::H2_WINDOW_CHANGES, "to" => if want == 0 { "closed" } else { "open" })
+                    .increment(1);
                 // Poll again so the SETTINGS frame goes out now.
                 continue;
             }

@@ -23,6 +23,9 @@ pub const HELD_BYTES: &str = "weir_throttle_held_bytes";
 /// `held_bytes` (a body too large to read away first, and no room for it unread,
 /// `hold.max_held_bytes`), `memory` (above its enter line).
 pub const HOLDS_SKIPPED: &str = "weir_throttle_holds_skipped_total";
+/// Held refusals answered before their hold ran out, by `why`: `idle_core` (a core was
+/// free) or `empty_line` (every core busy and nobody waiting for the next slot).
+pub const HOLDS_RELEASED: &str = "weir_throttle_holds_released_total";
 /// How long each held refusal was held.
 pub const HOLD_SECONDS: &str = "weir_throttle_hold_seconds";
 /// Actual time between samples.

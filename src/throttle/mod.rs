@@ -321,9 +321,13 @@ async fn release_when_idle(admission: Arc<AdmissionClock>, mut stop: watch::Rece
         let joined = admission.inner.joined_total();
         let line_empty = joined == last_joined && admission.inner.line_empty();
         last_joined = joined;
-        let n = release.step(held > 0 && admission.inner.core_idle(), held > 0 && line_empty, quiet);
-        for _ in 0..n.min(held) {
+        let idle = held > 0 && admission.inner.core_idle();
+        let n = release.step(idle, held > 0 && line_empty, quiet).min(held);
+        for _ in 0..n {
             admission.idle.notify_one();
+        }
+        if n > 0 {
+            ::metrics::counter!(metrics::HOLDS_RELEASED, "why" => if idle { "idle_core" } else { "empty_line" }).increment(n as u64);
         }
     }
 }
