@@ -17,7 +17,8 @@ pub struct Sample {
     pub gauges: BTreeMap<String, f64>,
     /// `weir_throttle_requests_total` by `decision/reason`, summed over the other labels,
     /// `weir_receiver_connections_closed_total`, `weir_throttle_holds_skipped_total` as
-    /// `holds_skipped/<reason>`, and `weir_receiver_h2_window_changes_total` as
+    /// `holds_skipped/<reason>`, `weir_throttle_holds_released_total` as
+    /// `holds_released/<why>`, and `weir_receiver_h2_window_changes_total` as
     /// `h2_window/<to>` (cumulative, as scraped).
     pub counters: BTreeMap<String, f64>,
 }
@@ -82,12 +83,14 @@ mod tests {
                     weir_throttle_requests_total{protocol=\"grpc\",record_type=\"logs\",decision=\"denied\",reason=\"bbr\"} 3\n\
                     weir_throttle_refusals_held 7\nweir_pipeline_queue_bytes{pipeline=\"traces\"} 100\nweir_other 1\n\
                     weir_throttle_held_bytes 2100000\nweir_throttle_holds_skipped_total{reason=\"held_bytes\"} 5\n\
-                    weir_receiver_h2_window_changes_total{to=\"closed\"} 9\n";
+                    weir_receiver_h2_window_changes_total{to=\"closed\"} 9\n\
+                    weir_throttle_holds_released_total{why=\"empty_line\"} 11\n";
         let s = super::parse(1.0, text);
         assert_eq!(s.counters["denied/bbr"], 7.0);
         assert_eq!(s.gauges["weir_throttle_held_bytes"], 2_100_000.0);
         assert_eq!(s.counters["holds_skipped/held_bytes"], 5.0);
         assert_eq!(s.counters["h2_window/closed"], 9.0);
+        assert_eq!(s.counters["holds_released/empty_line"], 11.0);
         assert_eq!(s.gauges["weir_throttle_refusals_held"], 7.0);
         assert_eq!(s.gauges["weir_pipeline_queue_bytes"], 100.0);
         assert!(!s.gauges.contains_key("weir_other"));
