@@ -13,9 +13,7 @@ use crate::admission::{Admission, Ticket};
 use crate::config::Priority;
 use crate::config::ThrottleConfig;
 use crate::signal::Signal;
-use crate::throttle::manager::{
-    core_free, decide_with_priority, leads_mix, only_cpu_pressed, spare_idle_core, ClassMix, Decision, Snapshot,
-};
+use crate::throttle::manager::{decide_with_priority, spare_shed, ClassMix, Decision, Snapshot};
 use crate::throttle::sampler::{Readings, Stepper};
 use crate::throttle::state::State;
 use std::collections::VecDeque;
@@ -351,8 +349,7 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                 }
                 // A shed that would leave the core idle is admitted, as in the tower layer.
                 let decision = decide_with_priority(&config, &rule, &snap, Signal::Traces, classes[class], rng.uniform());
-                let free = core_free(&admission, || leads_mix(&snap.class_share, classes[class]));
-                let decision = spare_idle_core(decision, free, free && only_cpu_pressed(&config.thresholds, &snap.level));
+                let decision = spare_shed(decision, &admission, &config.thresholds, &snap, Some(classes[class]));
                 let admitted = match decision {
                     // Critical skips the adaptive layers, as in the tower layer.
                     Decision::Admit(_) if class == 0 => Some(Ticket { start: now, bytes: 0 }),

@@ -303,9 +303,7 @@ where
         }
         let mut decision = self.layer.manager.decide_as(signal, priority);
         if self.layer.admission.enabled && matches!(decision, Decision::Reject { reason: Reason::Shed, .. }) {
-            let manager = &self.layer.manager;
-            let free = super::manager::core_free(&self.layer.admission.inner, || priority.is_none_or(|p| manager.leads_mix(p)));
-            decision = super::manager::spare_idle_core(decision, free, free && manager.only_cpu_pressed());
+            decision = self.layer.manager.spare_shed(decision, &self.layer.admission.inner, priority);
         }
         match decision {
             // Critical traffic skips the adaptive layers: it is refused only when Open.

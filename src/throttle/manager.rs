@@ -176,6 +176,23 @@ pub fn core_free(admission: &crate::admission::Admission, leads: impl FnOnce() -
     admission.core_idle() || (admission.line_empty() && leads())
 }
 
+/// The rule for a shed, shared by the tower layer and the simulator: [`spare_idle_core`]
+/// with [`core_free`] as its idle core, judged on one snapshot. Other decisions pass
+/// unchanged; `priority` `None` (a request of no known class) leads any mix.
+pub fn spare_shed(
+    decision: Decision,
+    admission: &crate::admission::Admission,
+    thresholds: &ThresholdsConfig,
+    snap: &Snapshot,
+    priority: Option<Priority>,
+) -> Decision {
+    if !matches!(decision, Decision::Reject { reason: Reason::Shed, .. }) {
+        return decision;
+    }
+    let free = core_free(admission, || priority.is_none_or(|p| leads_mix(&snap.class_share, p)));
+    spare_idle_core(decision, free, free && only_cpu_pressed(thresholds, &snap.level))
+}
+
 /// A shed that would leave a core idle is admitted instead (`Reason::IdleCore`), when
 /// only the CPU level is high. The CPU level is a smoothed share of the last seconds, so
 /// it stays above its line for a while after the load has stopped being the CPU's: the
@@ -352,15 +369,9 @@ impl ThrottleManager {
         mem.enabled && level.mem_valid && level.mem > mem.enter
     }
 
-    /// Whether only the CPU level of the latest snapshot is above its enter line, of the
-    /// levels that can be (see [`only_cpu_pressed`]).
-    pub fn only_cpu_pressed(&self) -> bool {
-        only_cpu_pressed(&self.policy.load().config.thresholds, &self.snapshot.load().level)
-    }
-
-    /// [`leads_mix`] for the class mix of the latest snapshot.
-    pub fn leads_mix(&self, priority: Priority) -> bool {
-        leads_mix(&self.snapshot.load().class_share, priority)
+    /// [`spare_shed`] on the latest snapshot, loaded once.
+    pub fn spare_shed(&self, decision: Decision, admission: &crate::admission::Admission, priority: Option<Priority>) -> Decision {
+        spare_shed(decision, admission, &self.policy.load().config.thresholds, &self.snapshot.load(), priority)
     }
 
     /// The room for held refusals' unread bodies in the latest snapshot (`None`: no bound).
@@ -448,6 +459,38 @@ mod tests {
         assert!(!leads_mix(&normal_too, Priority::Sheddable), "normal traffic arrives: sheddable must not take its place");
         assert!(leads_mix(&sheddable_only, Priority::Sheddable), "critical aside, sheddable is all there is");
         assert!(leads_mix(&sheddable_only, Priority::Critical));
+    }
+
+    #[test]
+    fn a_shed_is_spared_for_an_empty_line_only_when_its_class_leads_the_mix() {
+        use crate::admission::{Admission, Pressure};
+        let config = ThrottleConfig {
+            max_inflight_per_core: 1.0,
+            max_inflight_wait: Duration::from_millis(20),
+            max_inflight_queue_per_core: 1.0,
+            ..ThrottleConfig::default()
+        };
+        let admission = Admission::new(&config, 1.0);
+        let shed = Decision::Reject { reason: Reason::Shed, retry_after: Duration::from_secs(1) };
+        let spare = |snap: &Snapshot, p| spare_shed(shed, &admission, &config.thresholds, snap, Some(p));
+        let normal_too = Snapshot { class_share: [0.0, 0.5, 0.5], ..Snapshot::idle() };
+        let sheddable_only = Snapshot { class_share: [0.0, 0.0, 1.0], ..Snapshot::idle() };
+
+        // The core is idle: any shed is spared.
+        assert_eq!(spare(&normal_too, Priority::Sheddable), Decision::Admit(Reason::IdleCore));
+        // Busy, nobody in the line: spared if no more important class arrives.
+        let _serving = admission.admit(0, Pressure::default()).expect("the one slot");
+        assert_eq!(spare(&normal_too, Priority::Normal), Decision::Admit(Reason::IdleCore));
+        assert_eq!(spare(&normal_too, Priority::Sheddable), shed, "normal traffic arrives: the sheddable shed stands");
+        assert_eq!(spare(&sheddable_only, Priority::Sheddable), Decision::Admit(Reason::IdleCore));
+        assert_eq!(spare_shed(shed, &admission, &config.thresholds, &normal_too, None), Decision::Admit(Reason::IdleCore));
+        // Someone waits in the line: the shed stands.
+        assert!(admission.join_line());
+        assert_eq!(spare(&sheddable_only, Priority::Sheddable), shed, "a request is ready behind the one served");
+        admission.leave_line();
+        // Other decisions pass unchanged.
+        let pass = Decision::Admit(Reason::SheddingPass);
+        assert_eq!(spare_shed(pass, &admission, &config.thresholds, &normal_too, None), pass);
     }
 
     #[test]
