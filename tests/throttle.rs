@@ -225,9 +225,14 @@ async fn a_cpu_shed_at_an_idle_core_is_admitted_and_counted_but_a_memory_shed_is
     let cg = tempfile::tempdir().unwrap();
     fixture(cg.path(), 100);
     let burning = burn_fixture_cpu(cg.path(), 0.9);
+    // The CPU's hard line is out of reach: the fixture's usage is written every 5 ms and
+    // sampled every 20 ms, so one sample can read 0.9 x 25/20 or more when the writer
+    // runs late on a busy machine, and with `hard: 0.99` one such sample could open the
+    // throttle (breach_n 1) and refuse a request this test expects spared (the likely
+    // cause of one failure in ten runs right after a build; not reproduced since).
     let rules = "      default: {drop_min: 1.0, drop_max: 1.0}
     thresholds:
-      cpu: {enter: 0.8, exit: 0.7, hard: 0.99, breach_n: 1}
+      cpu: {enter: 0.8, exit: 0.7, hard: 2.0, breach_n: 1}
       mem: {enter: 0.85, exit: 0.78, hard: 0.95, breach_n: 1}
     queue_delay: {enabled: false}
     slow_start: {enabled: false}
