@@ -267,13 +267,15 @@ async fn http1_refusal_keeps_the_connection_for_modest_bodies() {
     w.app.shutdown().await;
 }
 
-#[tokio::test]
-async fn a_full_inflight_cap_queues_for_max_inflight_wait() {
+/// A weir with an in-flight cap of one request (0.5 per core, two cores assumed) and
+/// `line` added to its throttle block, and that one slot taken by a request whose body
+/// is sent slowly (admission happens at the headers): send the returned rest to free it.
+async fn weir_with_its_one_slot_held(line: &str) -> (Weir, tokio::net::TcpStream, Vec<u8>) {
     use tokio::io::AsyncWriteExt;
-    // Cap of one request (0.5 per core, two cores assumed); one request is held in flight
-    // by sending its body slowly (admission happens at the headers).
-    let extra = "  throttle:\n    enabled: true\n    signal: {fallback_cores: 2}\n    max_inflight_per_core: 0.5\n    max_inflight_wait: 3s\n    slow_start: {enabled: false}\n";
-    let yaml = base_yaml(std::path::Path::new("{dir}"), extra).replacen(
+    let extra = format!(
+        "  throttle:\n    enabled: true\n    signal: {{fallback_cores: 2}}\n    max_inflight_per_core: 0.5\n    slow_start: {{enabled: false}}\n{line}"
+    );
+    let yaml = base_yaml(std::path::Path::new("{dir}"), &extra).replacen(
         r#"middlewares: ["logging", "content_decompressor"]"#,
         r#"middlewares: ["logging", "content_decompressor", "throttle"]"#,
         1,
@@ -286,16 +288,49 @@ async fn a_full_inflight_cap_queues_for_max_inflight_wait() {
     held.write_all(head.as_bytes()).await.unwrap();
     held.write_all(&body[..1]).await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    (w, held, body[1..].to_vec())
+}
 
+#[tokio::test]
+async fn a_full_inflight_cap_queues_for_max_inflight_wait() {
+    use tokio::io::AsyncWriteExt;
+    let (w, mut held, rest) = weir_with_its_one_slot_held("    max_inflight_wait: 3s\n").await;
     // A second request waits for the held one's slot instead of being refused.
     let url = format!("{}/v1/traces", w.http());
     let second = tokio::spawn(post_owned(url.clone(), traces("second", 2, 1).encode_to_vec()));
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(!second.is_finished(), "the second request is waiting, not refused");
-    held.write_all(&body[1..]).await.unwrap();
+    held.write_all(&rest).await.unwrap();
     let status = tokio::time::timeout(std::time::Duration::from_secs(5), second).await.expect("admitted once the slot is free").unwrap();
     assert_eq!(status, 200);
     assert_eq!(wait_items(&w.data_dir(), "traces", 5).await.len(), 5, "both requests' spans exported");
+    w.app.shutdown().await;
+}
+
+/// `inflight_wait_min_body_bytes`: a body declared smaller is refused at once (here not
+/// held, to see it at once), a larger one waits for the slot.
+#[tokio::test]
+async fn only_bodies_of_inflight_wait_min_body_bytes_wait_for_a_slot() {
+    use tokio::io::AsyncWriteExt;
+    let small = traces("small", 2, 1).encode_to_vec();
+    let large = traces("large", 40, 1).encode_to_vec();
+    assert!(large.len() > small.len() + 1);
+    let line = format!(
+        "    max_inflight_wait: 3s\n    inflight_wait_min_body_bytes: {}\n    hold: {{enabled: false}}\n",
+        small.len() + 1
+    );
+    let (w, mut held, rest) = weir_with_its_one_slot_held(&line).await;
+    let url = format!("{}/v1/traces", w.http());
+    let refused = client().post(&url).header("content-type", "application/x-protobuf").body(small).send().await.unwrap();
+    assert_eq!(refused.status().as_u16(), 429, "a small body does not wait");
+    assert!(refused.headers().contains_key("retry-after"), "and is told when to come back");
+    let large = tokio::spawn(post_owned(url, large));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!large.is_finished(), "a large body waits, not refused");
+    held.write_all(&rest).await.unwrap();
+    let status = tokio::time::timeout(std::time::Duration::from_secs(5), large).await.expect("admitted once the slot is free").unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(wait_items(&w.data_dir(), "traces", 43).await.len(), 43, "the held and the large request's spans exported");
     w.app.shutdown().await;
 }
 

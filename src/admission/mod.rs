@@ -216,11 +216,17 @@ impl Admission {
         self.cfg.load().max_inflight_wait
     }
 
-    /// Joins the line of requests waiting for an in-flight slot; false when the line is
+    /// Joins the line of requests waiting for an in-flight slot; false when there is no
+    /// line for a body of `declared` bytes (no `max_inflight_wait`, or a declared length
+    /// under `inflight_wait_min_body_bytes`; a body without one may wait) or the line is
     /// full (`max_inflight_queue_per_core` × effective cores, at least one). Pair a true
     /// with [`Admission::leave_line`].
-    pub fn join_line(&self) -> bool {
-        let per_core = self.cfg.load().max_inflight_queue_per_core;
+    pub fn join_line(&self, declared: Option<u64>) -> bool {
+        let cfg = self.cfg.load();
+        if cfg.max_inflight_wait.is_zero() || declared.is_some_and(|d| d < cfg.inflight_wait_min_body_bytes) {
+            return false;
+        }
+        let per_core = cfg.max_inflight_queue_per_core;
         let bound = if per_core > 0.0 { (per_core * self.cores).ceil().max(1.0) as i64 } else { i64::MAX };
         let joined = self.waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < bound).then_some(n + 1)).is_ok();
         if joined {

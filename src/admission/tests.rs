@@ -285,15 +285,36 @@ fn a_refusal_is_answered_at_once_when_holding_is_off_or_too_many_are_held() {
 #[test]
 fn the_line_for_a_slot_is_bounded_per_core() {
     let mut c = cfg();
+    c.max_inflight_wait = Duration::from_millis(20);
     c.max_inflight_queue_per_core = 1.0;
     let a = Admission::new(&c, 2.0);
-    assert!(a.join_line() && a.join_line(), "two cores: two may wait");
-    assert!(!a.join_line(), "a third may not");
+    assert!(a.join_line(None) && a.join_line(None), "two cores: two may wait");
+    assert!(!a.join_line(None), "a third may not");
     a.leave_line();
-    assert!(a.join_line(), "a place freed");
+    assert!(a.join_line(None), "a place freed");
     c.max_inflight_queue_per_core = 0.0;
     a.reconfigure(&c);
-    assert!((0..100).all(|_| a.join_line()), "0: no bound");
+    assert!((0..100).all(|_| a.join_line(None)), "0: no bound");
+}
+
+#[test]
+fn only_bodies_of_the_configured_size_may_wait_in_the_line() {
+    let mut c = cfg();
+    c.max_inflight_queue_per_core = 4.0;
+    let a = Admission::new(&c, 1.0);
+    assert!(!a.join_line(Some(1 << 20)), "no max_inflight_wait: no line for anyone");
+    c.max_inflight_wait = Duration::from_millis(20);
+    c.inflight_wait_min_body_bytes = 256 * 1024;
+    a.reconfigure(&c);
+    let before = a.joined_total();
+    assert!(!a.join_line(Some(256 * 1024 - 1)), "a body one byte short is refused at once");
+    assert_eq!(a.joined_total(), before, "and did not join");
+    assert!(a.join_line(Some(256 * 1024)), "a body of the minimum waits");
+    assert!(a.join_line(None), "a body without a declared length (gRPC) waits");
+    c.inflight_wait_min_body_bytes = 0;
+    a.reconfigure(&c);
+    assert!(a.join_line(Some(0)), "0: every body may wait");
+    assert_eq!(a.joined_total(), before + 3);
 }
 
 #[test]
@@ -312,10 +333,10 @@ fn the_line_is_empty_only_where_there_is_a_line_and_nobody_waits_in_it() {
     let a = Admission::new(&line, 1.0);
     assert!(a.line_empty());
     let before = a.joined_total();
-    assert!(a.join_line());
+    assert!(a.join_line(None));
     assert!(!a.line_empty(), "one waits");
     assert_eq!(a.joined_total(), before + 1);
-    assert!(!a.join_line(), "a line of one per core is full");
+    assert!(!a.join_line(None), "a line of one per core is full");
     assert_eq!(a.joined_total(), before + 1, "a request turned away did not join");
     a.leave_line();
     assert!(a.line_empty());

@@ -38,6 +38,12 @@ pub struct ThrottleConfig {
     /// Bounds the wait of an admitted request to about this many service times, whatever
     /// `max_inflight_wait` allows; the rest are refused (and held, see `hold`) at once.
     pub max_inflight_queue_per_core: f64,
+    /// Only requests whose declared body (`Content-Length`, as sent: compressed if it is)
+    /// is at least this many bytes may wait for a slot; smaller ones are refused (and
+    /// held) at once, as with no wait. A request without a declared length (gRPC) may
+    /// wait. 0: every request may wait. A wait spares a client re-sending its body, which
+    /// is worth a wait's latency for a large body and not for a small one.
+    pub inflight_wait_min_body_bytes: u64,
     /// Slow start.
     pub slow_start: super::admission::SlowStartConfig,
     /// Burst damping.
@@ -200,6 +206,7 @@ impl Default for ThrottleConfig {
             max_inflight_per_core: 0.0,
             max_inflight_wait: Duration::ZERO,
             max_inflight_queue_per_core: 0.0,
+            inflight_wait_min_body_bytes: 0,
             slow_start: Default::default(),
             burst_damping: Default::default(),
             bbr: Default::default(),

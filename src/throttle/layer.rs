@@ -302,7 +302,7 @@ where
             }
         }
         let mut decision = self.layer.manager.decide_as(signal, priority);
-        if self.layer.admission.enabled && matches!(decision, Decision::Reject { reason: Reason::Shed, .. }) {
+        if self.layer.admission.enabled {
             decision = self.layer.manager.spare_shed(decision, &self.layer.admission.inner, priority);
         }
         match decision {
@@ -321,7 +321,7 @@ where
                         let guard = self.layer.admitted(declared, signal, reason, ticket);
                         ResponseFuture::Inner { fut: self.inner.call(req), guard: Some(guard) }
                     }
-                    Err(AdmissionLayer::InflightCap) if !adm.inner.inflight_wait().is_zero() && adm.inner.join_line() => {
+                    Err(AdmissionLayer::InflightCap) if adm.inner.join_line(declared) => {
                         // Left when the wait ends, or when the future is dropped unpolled.
                         let in_line = InLine(Arc::clone(adm));
                         ResponseFuture::Queued {

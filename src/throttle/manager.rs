@@ -371,6 +371,10 @@ impl ThrottleManager {
 
     /// [`spare_shed`] on the latest snapshot, loaded once.
     pub fn spare_shed(&self, decision: Decision, admission: &crate::admission::Admission, priority: Option<Priority>) -> Decision {
+        // Most decisions are not sheds: they pass before the policy and snapshot are loaded.
+        if !matches!(decision, Decision::Reject { reason: Reason::Shed, .. }) {
+            return decision;
+        }
         spare_shed(decision, admission, &self.policy.load().config.thresholds, &self.snapshot.load(), priority)
     }
 
@@ -485,7 +489,7 @@ mod tests {
         assert_eq!(spare(&sheddable_only, Priority::Sheddable), Decision::Admit(Reason::IdleCore));
         assert_eq!(spare_shed(shed, &admission, &config.thresholds, &normal_too, None), Decision::Admit(Reason::IdleCore));
         // Someone waits in the line: the shed stands.
-        assert!(admission.join_line());
+        assert!(admission.join_line(None));
         assert_eq!(spare(&sheddable_only, Priority::Sheddable), shed, "a request is ready behind the one served");
         admission.leave_line();
         // Other decisions pass unchanged.

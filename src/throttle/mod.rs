@@ -461,7 +461,7 @@ mod tests {
 
         // The core is busy and a request waits for it: the refusal stays held.
         let _ticket = adm.inner.admit(adm.now(), crate::admission::Pressure::default()).expect("an idle weir admits");
-        assert!(adm.inner.join_line(), "room in the line");
+        assert!(adm.inner.join_line(None), "room in the line");
         let guard = adm.hold(None, 0, None).expect("held").guard;
         assert!(tokio::time::timeout(Duration::from_secs(1), guard.released_early()).await.is_err(), "released with the line full");
 
@@ -471,7 +471,7 @@ mod tests {
         // one after, with nobody having joined, lets one held client back.
         tokio::time::sleep(IDLE_CHECK / 2).await;
         adm.inner.leave_line();
-        assert!(adm.inner.join_line(), "room in the line");
+        assert!(adm.inner.join_line(None), "room in the line");
         adm.inner.leave_line();
         let started = tokio::time::Instant::now();
         tokio::time::timeout(Duration::from_secs(1), guard.released_early()).await.expect("released once the line is empty");
