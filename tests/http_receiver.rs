@@ -315,10 +315,7 @@ async fn only_bodies_of_inflight_wait_min_body_bytes_wait_for_a_slot() {
     let small = traces("small", 2, 1).encode_to_vec();
     let large = traces("large", 40, 1).encode_to_vec();
     assert!(large.len() > small.len() + 1);
-    let line = format!(
-        "    max_inflight_wait: 3s\n    inflight_wait_min_body_bytes: {}\n    hold: {{enabled: false}}\n",
-        small.len() + 1
-    );
+    let line = format!("    max_inflight_wait: 3s\n    inflight_wait_min_body_bytes: {}\n    hold: {{enabled: false}}\n", small.len() + 1);
     let (w, mut held, rest) = weir_with_its_one_slot_held(&line).await;
     let url = format!("{}/v1/traces", w.http());
     let refused = client().post(&url).header("content-type", "application/x-protobuf").body(small).send().await.unwrap();
