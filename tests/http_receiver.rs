@@ -293,40 +293,41 @@ async fn weir_with_its_one_slot_held(line: &str) -> (Weir, tokio::net::TcpStream
 
 #[tokio::test]
 async fn a_full_inflight_cap_queues_for_max_inflight_wait() {
-    use tokio::io::AsyncWriteExt;
-    let (w, mut held, rest) = weir_with_its_one_slot_held("    max_inflight_wait: 3s\n").await;
+    let (w, held, rest) = weir_with_its_one_slot_held("    max_inflight_wait: 3s\n").await;
     // A second request waits for the held one's slot instead of being refused.
-    let url = format!("{}/v1/traces", w.http());
-    let second = tokio::spawn(post_owned(url.clone(), traces("second", 2, 1).encode_to_vec()));
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert!(!second.is_finished(), "the second request is waiting, not refused");
-    held.write_all(&rest).await.unwrap();
-    let status = tokio::time::timeout(std::time::Duration::from_secs(5), second).await.expect("admitted once the slot is free").unwrap();
-    assert_eq!(status, 200);
+    waits_for_the_held_slot(&w, traces("second", 2, 1).encode_to_vec(), held, &rest).await;
     assert_eq!(wait_items(&w.data_dir(), "traces", 5).await.len(), 5, "both requests' spans exported");
     w.app.shutdown().await;
+}
+
+/// Sends `body` while the slot of [`weir_with_its_one_slot_held`] is taken: it must wait,
+/// not be refused, and be admitted (200) once the held request's `rest` frees the slot.
+async fn waits_for_the_held_slot(w: &Weir, body: Vec<u8>, mut held: tokio::net::TcpStream, rest: &[u8]) {
+    use tokio::io::AsyncWriteExt;
+    let waiting = tokio::spawn(post_owned(format!("{}/v1/traces", w.http()), body));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the request is waiting, not refused");
+    held.write_all(rest).await.unwrap();
+    let status = tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await.expect("admitted once the slot is free").unwrap();
+    assert_eq!(status, 200);
 }
 
 /// `inflight_wait_min_body_bytes`: a body declared smaller is refused at once (here not
 /// held, to see it at once), a larger one waits for the slot.
 #[tokio::test]
 async fn only_bodies_of_inflight_wait_min_body_bytes_wait_for_a_slot() {
-    use tokio::io::AsyncWriteExt;
     let small = traces("small", 2, 1).encode_to_vec();
     let large = traces("large", 40, 1).encode_to_vec();
     assert!(large.len() > small.len() + 1);
     let line = format!("    max_inflight_wait: 3s\n    inflight_wait_min_body_bytes: {}\n    hold: {{enabled: false}}\n", small.len() + 1);
-    let (w, mut held, rest) = weir_with_its_one_slot_held(&line).await;
+    let (w, held, rest) = weir_with_its_one_slot_held(&line).await;
     let url = format!("{}/v1/traces", w.http());
-    let refused = client().post(&url).header("content-type", "application/x-protobuf").body(small).send().await.unwrap();
+    // Refused at once: well before the 3 s it would have waited, the slot still taken.
+    let send = client().post(&url).header("content-type", "application/x-protobuf").body(small).send();
+    let refused = tokio::time::timeout(std::time::Duration::from_secs(1), send).await.expect("refused without waiting").unwrap();
     assert_eq!(refused.status().as_u16(), 429, "a small body does not wait");
     assert!(refused.headers().contains_key("retry-after"), "and is told when to come back");
-    let large = tokio::spawn(post_owned(url, large));
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert!(!large.is_finished(), "a large body waits, not refused");
-    held.write_all(&rest).await.unwrap();
-    let status = tokio::time::timeout(std::time::Duration::from_secs(5), large).await.expect("admitted once the slot is free").unwrap();
-    assert_eq!(status, 200);
+    waits_for_the_held_slot(&w, large, held, &rest).await;
     assert_eq!(wait_items(&w.data_dir(), "traces", 43).await.len(), 43, "the held and the large request's spans exported");
     w.app.shutdown().await;
 }
