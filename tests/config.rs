@@ -25,6 +25,7 @@ fn defaults_fill_in() {
     assert_eq!((t.thresholds.cpu.enter, t.thresholds.cpu.exit, t.thresholds.cpu.hard, t.thresholds.cpu.breach_n), (0.80, 0.70, 0.90, 3));
     assert_eq!((t.thresholds.mem.enter, t.thresholds.mem.exit, t.thresholds.mem.hard, t.thresholds.mem.breach_n), (0.85, 0.78, 0.92, 1));
     assert_eq!((t.hold.max, t.hold.return_ratio, t.hold.max_held), (std::time::Duration::from_secs(5), 0.1, 1024));
+    assert_eq!(t.hold.deadline_share, 0.8);
     assert_eq!(t.hold.max_held_bytes, 0, "automatic: bounded where the cgroup charges socket buffers");
 }
 
@@ -164,6 +165,10 @@ fn every_rule_names_its_key() {
             "receiver.throttle.hold.return_ratio: must be in [0.01, 100]",
         ),
         ("exporters: [{type: blackhole}]\nreceiver: {throttle: {hold: {max: 2m}}}", "receiver.throttle.hold.max"),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {throttle: {hold: {deadline_share: 1}}}",
+            "receiver.throttle.hold.deadline_share: must be in [0, 0.95]",
+        ),
         (
             "exporters: [{type: blackhole}]\nreceiver: {throttle: {max_inflight_queue_per_core: -1}}",
             "receiver.throttle.max_inflight_queue_per_core",

@@ -215,3 +215,45 @@ async fn item_quota_is_reported_as_partial_success() {
     assert_eq!(counted, Some(total_rejected as f64));
     w.app.shutdown().await;
 }
+
+/// A held refusal ends inside the deadline its gRPC client states (`grpc-timeout`), even
+/// where `hold.max` is longer: the client is told RESOURCE_EXHAUSTED with its retry
+/// delay instead of running into DEADLINE_EXCEEDED (the Collector's exporters time out
+/// after 5 s, as long as the default `hold.max`).
+#[tokio::test]
+async fn a_held_refusal_is_answered_inside_the_deadline_the_client_states() {
+    use tokio::io::AsyncWriteExt;
+    // One core and one in flight: with the slot taken no core is free, so nothing
+    // answers the held refusal early.
+    let extra = "  throttle:\n    enabled: true\n    signal: {fallback_cores: 1}\n    max_inflight_per_core: 1\n    slow_start: {enabled: false}\n    hold: {max: 30s}\n";
+    let yaml = base_yaml(std::path::Path::new("{dir}"), extra)
+        .replace(r#"middlewares: ["logging", "content_decompressor"]"#, r#"middlewares: ["logging", "content_decompressor", "throttle"]"#);
+    let w = start_yaml(&yaml).await;
+    // An HTTP/1.1 request that sends one byte of its body keeps the slot taken.
+    let body = prost::Message::encode_to_vec(&traces("slot", 3, 1));
+    let mut slot = tokio::net::TcpStream::connect(w.app.http_addr.unwrap()).await.unwrap();
+    let head =
+        format!("POST /v1/traces HTTP/1.1\r\nhost: weir\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n", body.len());
+    slot.write_all(head.as_bytes()).await.unwrap();
+    slot.write_all(&body[..1]).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+    let ch = tonic::transport::Channel::from_shared(w.grpc()).unwrap().connect().await.unwrap();
+    let mut req = tonic::Request::new(traces("late", 2, 1));
+    req.set_timeout(std::time::Duration::from_secs(2));
+    let started = std::time::Instant::now();
+    // tonic sends the deadline as `grpc-timeout` and gives up when it passes: held for
+    // the 30 s `hold.max`, the client would see its own "Timeout expired" (CANCELLED),
+    // never the retry delay.
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(5), TraceServiceClient::new(ch).export(req)).await;
+    let took = started.elapsed();
+    let err = answer.expect("answered inside the deadline, not after hold.max").unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    // Held, with nothing completed, for 0.8 x 2 s less the jitter's quarter (1.28 s), ±25%.
+    let ms = took.as_millis();
+    assert!((900..=1700).contains(&ms), "answered after {ms} ms, not within 0.8 of the 2 s deadline: {err:?}");
+
+    slot.write_all(&body[1..]).await.unwrap();
+    assert_eq!(wait_items(&w.data_dir(), "traces", 3).await.len(), 3, "the slot's request exported");
+    w.app.shutdown().await;
+}

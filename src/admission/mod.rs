@@ -84,6 +84,10 @@ pub struct Ticket {
 
 const SEC: u64 = 1_000_000_000;
 
+/// A hold is [`Admission::hold_for`] times a random factor in 1 ± this, so that clients
+/// refused together do not all come back together.
+pub const HOLD_JITTER: f64 = 0.25;
+
 #[derive(Debug)]
 struct State {
     arrival: RollingWindow,
@@ -440,6 +444,11 @@ impl Admission {
     /// second there is no rate to keep busy and the hold is the longest allowed. Zero
     /// (answer at once) when holding is off or `held` is past `hold.max_held`.
     ///
+    /// `deadline` is how long the client waits for its answer, when the request says
+    /// (`grpc-timeout`): then the bound is `hold.deadline_share` of it (at most 60 s)
+    /// instead of `hold.max`, less the jitter [`HOLD_JITTER`] can add, so that the jittered
+    /// hold still ends inside that.
+    ///
     /// `declared` is the refused request's body length, when its headers state one. Then
     /// the rate is also reckoned for requests of that size, completed bytes per second ÷
     /// `declared`, and the lower of the two counts. A second of completions still
@@ -450,12 +459,18 @@ impl Admission {
     /// bytes too, but divided by the large size they give a rate at most that low. A hold
     /// too long costs little while the admitted clients come straight back (they keep
     /// the core busy), and a core left idle answers held refusals early.
-    pub fn hold_for(&self, now: u64, held: usize, declared: Option<u64>) -> std::time::Duration {
+    pub fn hold_for(&self, now: u64, held: usize, declared: Option<u64>, deadline: Option<std::time::Duration>) -> std::time::Duration {
         let cfg = self.cfg.load();
         let h = &cfg.hold;
         if !h.enabled || held > h.max_held {
             return std::time::Duration::ZERO;
         }
+        let max = match deadline {
+            Some(d) if h.deadline_share > 0.0 => {
+                d.mul_f64(h.deadline_share).min(std::time::Duration::from_secs(60)).div_f64(1.0 + HOLD_JITTER)
+            }
+            _ => h.max,
+        };
         let rate = {
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let per_second = st.recent_pass.buckets_per_second();
@@ -473,9 +488,9 @@ impl Admission {
             }
         };
         if rate <= 0.0 {
-            return h.max;
+            return max;
         }
-        std::time::Duration::try_from_secs_f64(held as f64 / (h.return_ratio * rate)).map_or(h.max, |d| d.min(h.max))
+        std::time::Duration::try_from_secs_f64(held as f64 / (h.return_ratio * rate)).map_or(max, |d| d.min(max))
     }
 
     /// `hold.max_held`: past this many held at once, a refusal is answered at once.

@@ -236,19 +236,19 @@ fn holding(return_ratio: f64, max: Duration) -> Admission {
 fn a_refusal_is_held_so_the_held_clients_return_at_return_ratio_times_the_completion_rate() {
     let a = holding(2.0, Duration::from_secs(1));
     // Nothing completed yet: no rate to keep busy, the longest hold allowed.
-    assert_eq!(a.hold_for(0, 1, None), Duration::from_secs(1));
+    assert_eq!(a.hold_for(0, 1, None, None), Duration::from_secs(1));
     // 1000 completions a second (100 per 100 ms bucket): 100 held clients return at
     // 2000/s when each is held 50 ms.
     complete_over_a_second(&a, 1000, 2 * SEC);
-    let h = a.hold_for(2 * SEC, 100, None);
+    let h = a.hold_for(2 * SEC, 100, None, None);
     assert!((h.as_secs_f64() - 0.05).abs() < 1e-3, "{h:?}");
     // Twice the held clients, twice the hold; one held client, a short one.
-    assert!((a.hold_for(2 * SEC, 200, None).as_secs_f64() - 0.1).abs() < 1e-3);
-    assert!(a.hold_for(2 * SEC, 1, None) < Duration::from_millis(1));
+    assert!((a.hold_for(2 * SEC, 200, None, None).as_secs_f64() - 0.1).abs() < 1e-3);
+    assert!(a.hold_for(2 * SEC, 1, None, None) < Duration::from_millis(1));
     // Never past hold.max.
-    assert_eq!(a.hold_for(2 * SEC, 4000, None), Duration::from_secs(1));
+    assert_eq!(a.hold_for(2 * SEC, 4000, None, None), Duration::from_secs(1));
     // The rate is the last second's: two seconds later the completions are forgotten.
-    assert_eq!(a.hold_for(4 * SEC, 100, None), Duration::from_secs(1));
+    assert_eq!(a.hold_for(4 * SEC, 100, None, None), Duration::from_secs(1));
 }
 
 #[test]
@@ -258,16 +258,44 @@ fn a_refused_large_body_is_held_for_the_rate_of_requests_its_size() {
     let end = 2 * SEC;
     complete_sized_over_a_second(&a, 1000, end, 30_000);
     // A 30 KB refusal: the request rate, 1000/s, so 100 held take 100 ms.
-    let small = a.hold_for(end, 100, Some(30_000));
+    let small = a.hold_for(end, 100, Some(30_000), None);
     assert!((small.as_secs_f64() - 0.1).abs() < 1e-3, "{small:?}");
     // A 600 KB refusal right after: 30 MB/s is 50 of those a second, so 2 s, not the
     // 100 ms that the small bodies' request rate gives.
-    let large = a.hold_for(end, 100, Some(600_000));
+    let large = a.hold_for(end, 100, Some(600_000), None);
     assert!((large.as_secs_f64() - 2.0).abs() < 1e-2, "{large:?}");
-    assert_eq!(a.hold_for(end, 100, None), small, "no length: the request rate");
-    assert_eq!(a.hold_for(end, 100, Some(0)), small, "length 0: the request rate");
+    assert_eq!(a.hold_for(end, 100, None, None), small, "no length: the request rate");
+    assert_eq!(a.hold_for(end, 100, Some(0), None), small, "length 0: the request rate");
     // Smaller bodies than those completed are not held shorter than the request rate says.
-    assert_eq!(a.hold_for(end, 100, Some(1_000)), small);
+    assert_eq!(a.hold_for(end, 100, Some(1_000), None), small);
+}
+
+#[test]
+fn a_stated_deadline_bounds_the_hold_instead_of_max_so_the_jittered_hold_ends_inside_it() {
+    let mut c = cfg();
+    c.slow_start.enabled = false;
+    c.hold.max = Duration::from_secs(5);
+    c.hold.return_ratio = 0.05;
+    let a = Admission::new(&c, 1.0);
+    let ten = Some(Duration::from_secs(10));
+    // Nothing completed: the longest hold, 0.8 x 10 s less the jitter's quarter.
+    assert_eq!(a.hold_for(0, 1, None, ten), Duration::from_secs_f64(6.4));
+    assert_eq!(a.hold_for(0, 1, None, None), Duration::from_secs(5), "no deadline: max");
+    // The Collector's 5 s: at most 4 s with jitter, under the 5 s `max`.
+    let five = a.hold_for(0, 1, None, Some(Duration::from_secs(5)));
+    assert_eq!(five, Duration::from_secs_f64(3.2));
+    assert!(five.mul_f64(1.0 + crate::admission::HOLD_JITTER) <= Duration::from_secs(4));
+    // A deadline of hours is held at most a minute, jitter included.
+    assert_eq!(a.hold_for(0, 1, None, Some(Duration::from_secs(7200))), Duration::from_secs(48));
+    // Under the bound, the completion rate sizes the hold as without a deadline:
+    // 1000/s at 0.05 returns 50/s, so 100 held are held 2 s.
+    complete_over_a_second(&a, 1000, 2 * SEC);
+    let h = a.hold_for(2 * SEC, 100, None, ten);
+    assert!((h.as_secs_f64() - 2.0).abs() < 1e-2, "{h:?}");
+    // deadline_share 0: deadlines ignored.
+    c.hold.deadline_share = 0.0;
+    a.reconfigure(&c);
+    assert_eq!(a.hold_for(2 * SEC, 1000, None, ten), Duration::from_secs(5));
 }
 
 #[test]
@@ -275,11 +303,11 @@ fn a_refusal_is_answered_at_once_when_holding_is_off_or_too_many_are_held() {
     let mut c = cfg();
     c.hold.max_held = 10;
     let a = Admission::new(&c, 1.0);
-    assert_eq!(a.hold_for(0, 10, None), c.hold.max);
-    assert_eq!(a.hold_for(0, 11, None), Duration::ZERO, "past max_held");
+    assert_eq!(a.hold_for(0, 10, None, None), c.hold.max);
+    assert_eq!(a.hold_for(0, 11, None, None), Duration::ZERO, "past max_held");
     c.hold.enabled = false;
     a.reconfigure(&c);
-    assert_eq!(a.hold_for(0, 1, None), Duration::ZERO, "off");
+    assert_eq!(a.hold_for(0, 1, None, None), Duration::ZERO, "off");
 }
 
 #[test]

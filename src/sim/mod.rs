@@ -289,7 +289,7 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
             *cpu += p.reject_cost / per_tick * TICK_NS as f64;
         }
         let Some(c) = client else { return };
-        let hold = admission.hold_for(now, held.len() + 1, None).as_nanos() as u64;
+        let hold = admission.hold_for(now, held.len() + 1, None, None).as_nanos() as u64;
         if hold >= TICK_NS {
             let at = (answered + hold).max(held.back().map_or(0, |(t, _)| *t));
             held.push_back((at, c));

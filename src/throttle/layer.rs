@@ -236,7 +236,7 @@ impl ThrottleLayer {
             None
         } else {
             let unread = if body == RefusedBody::Unreadable { unread_bound(declared) } else { 0 };
-            self.admission.hold(declared, unread, self.manager.hold_room())
+            self.admission.hold(declared, crate::receiver::middleware::stated_deadline(&req), unread, self.manager.hold_room())
         };
         if let Some(hold) = hold {
             // Paused now, before hyper's next read could take more of a body left unread.

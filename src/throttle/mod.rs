@@ -237,10 +237,16 @@ impl AdmissionClock {
     /// unread body, or a hold under a millisecond, the timer's resolution). The hold is
     /// [`Admission::hold_for`] with ±25% jitter, so that clients refused together do not
     /// all come back together; `declared` is the refused request's body length, when
-    /// known. `unread` is what the held request leaves unread in weir's socket (an
+    /// known, and `deadline` how long its client waits, when the request says. `unread` is what the held request leaves unread in weir's socket (an
     /// HTTP/1.1 body too large to read away first; 0 otherwise), counted against `room`
     /// (`hold.max_held_bytes`; `None`, no bound) until the guard drops.
-    pub fn hold(self: &Arc<Self>, declared: Option<u64>, unread: u64, room: Option<u64>) -> Option<Hold> {
+    pub fn hold(
+        self: &Arc<Self>,
+        declared: Option<u64>,
+        deadline: Option<std::time::Duration>,
+        unread: u64,
+        room: Option<u64>,
+    ) -> Option<Hold> {
         use std::sync::atomic::Ordering;
         // Most holds leave nothing unread (HTTP/2, bodies read during the hold): no byte
         // accounting for them.
@@ -253,7 +259,8 @@ impl AdmissionClock {
             }
         }
         let held = self.held.fetch_add(1, Ordering::AcqRel) + 1;
-        let d = self.inner.hold_for(self.now(), held, declared).mul_f64(0.75 + 0.5 * rand::random::<f64>());
+        let jitter = 1.0 + crate::admission::HOLD_JITTER * (2.0 * rand::random::<f64>() - 1.0);
+        let d = self.inner.hold_for(self.now(), held, declared, deadline).mul_f64(jitter);
         if d < std::time::Duration::from_millis(1) {
             self.held.fetch_sub(1, Ordering::AcqRel);
             self.release_bytes(unread);
@@ -437,7 +444,7 @@ mod tests {
 
         // Busy: one request in flight on the one core. The refusal stays held.
         let ticket = adm.inner.admit(adm.now(), crate::admission::Pressure::default()).expect("an idle weir admits");
-        let (hold, guard) = adm.hold(None, 0, None).map(|h| (h.duration, h.guard)).expect("held");
+        let (hold, guard) = adm.hold(None, None, 0, None).map(|h| (h.duration, h.guard)).expect("held");
         assert!(hold >= Duration::from_secs(20), "nothing completed yet: the longest hold, jittered: {hold:?}");
         assert!(tokio::time::timeout(Duration::from_secs(1), guard.released_early()).await.is_err(), "released while busy");
 
@@ -462,7 +469,7 @@ mod tests {
         // The core is busy and a request waits for it: the refusal stays held.
         let _ticket = adm.inner.admit(adm.now(), crate::admission::Pressure::default()).expect("an idle weir admits");
         assert!(adm.inner.join_line(None), "room in the line");
-        let guard = adm.hold(None, 0, None).expect("held").guard;
+        let guard = adm.hold(None, None, 0, None).expect("held").guard;
         assert!(tokio::time::timeout(Duration::from_secs(1), guard.released_early()).await.is_err(), "released with the line full");
 
         // Midway between two checks the waiting request leaves the line (refused in turn,
@@ -497,7 +504,7 @@ mod tests {
         let adm = clock();
         // Room for two 3 MB bodies: the third is answered at once.
         let room = Some(7_000_000);
-        let hold = |unread, room| adm.hold(Some(3_000_000), unread, room);
+        let hold = |unread, room| adm.hold(Some(3_000_000), None, unread, room);
         let a = hold(3_000_000, room).expect("room for the first");
         let b = hold(3_000_000, room).expect("room for the second");
         assert!(hold(3_000_000, room).is_none(), "6 MB held, 3 MB more would pass 7 MB");
@@ -509,7 +516,7 @@ mod tests {
         assert_eq!(adm.held_now(), (2, 3_000_000));
         let c = hold(3_000_000, room).expect("room again once one was answered");
         // Without a bound, counted all the same.
-        let d = adm.hold(None, 5_000_000, None).expect("no bound");
+        let d = adm.hold(None, None, 5_000_000, None).expect("no bound");
         assert_eq!(adm.held_now(), (4, 11_000_000));
         drop((b, c, d, r));
         assert_eq!(adm.held_now(), (0, 0));
@@ -518,7 +525,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn while_nothing_is_admitted_each_check_releases_twice_as_many() {
         let adm = clock();
-        let guards: Vec<_> = (0..100).map(|_| adm.hold(None, 0, None).expect("held").guard).collect();
+        let guards: Vec<_> = (0..100).map(|_| adm.hold(None, None, 0, None).expect("held").guard).collect();
         let (_stop, stop_rx) = watch::channel(false);
         tokio::spawn(release_when_idle(Arc::clone(&adm), stop_rx));
         let released = Arc::new(std::sync::atomic::AtomicUsize::new(0));
