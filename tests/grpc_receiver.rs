@@ -230,13 +230,7 @@ async fn a_held_refusal_is_answered_inside_the_deadline_the_client_states() {
         .replace(r#"middlewares: ["logging", "content_decompressor"]"#, r#"middlewares: ["logging", "content_decompressor", "throttle"]"#);
     let w = start_yaml(&yaml).await;
     // An HTTP/1.1 request that sends one byte of its body keeps the slot taken.
-    let body = prost::Message::encode_to_vec(&traces("slot", 3, 1));
-    let mut slot = tokio::net::TcpStream::connect(w.app.http_addr.unwrap()).await.unwrap();
-    let head =
-        format!("POST /v1/traces HTTP/1.1\r\nhost: weir\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n", body.len());
-    slot.write_all(head.as_bytes()).await.unwrap();
-    slot.write_all(&body[..1]).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let (mut slot, rest) = take_a_slot(w.app.http_addr.unwrap(), &prost::Message::encode_to_vec(&traces("slot", 3, 1))).await;
 
     let ch = tonic::transport::Channel::from_shared(w.grpc()).unwrap().connect().await.unwrap();
     let mut req = tonic::Request::new(traces("late", 2, 1));
@@ -253,7 +247,7 @@ async fn a_held_refusal_is_answered_inside_the_deadline_the_client_states() {
     let ms = took.as_millis();
     assert!((900..=1700).contains(&ms), "answered after {ms} ms, not within 0.8 of the 2 s deadline: {err:?}");
 
-    slot.write_all(&body[1..]).await.unwrap();
+    slot.write_all(&rest).await.unwrap();
     assert_eq!(wait_items(&w.data_dir(), "traces", 3).await.len(), 3, "the slot's request exported");
     w.app.shutdown().await;
 }

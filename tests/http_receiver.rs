@@ -271,7 +271,6 @@ async fn http1_refusal_keeps_the_connection_for_modest_bodies() {
 /// `line` added to its throttle block, and that one slot taken by a request whose body
 /// is sent slowly (admission happens at the headers): send the returned rest to free it.
 async fn weir_with_its_one_slot_held(line: &str) -> (Weir, tokio::net::TcpStream, Vec<u8>) {
-    use tokio::io::AsyncWriteExt;
     let extra = format!(
         "  throttle:\n    enabled: true\n    signal: {{fallback_cores: 2}}\n    max_inflight_per_core: 0.5\n    slow_start: {{enabled: false}}\n{line}"
     );
@@ -281,14 +280,8 @@ async fn weir_with_its_one_slot_held(line: &str) -> (Weir, tokio::net::TcpStream
         1,
     );
     let w = start_yaml(&yaml).await;
-    let body = traces("held", 3, 1).encode_to_vec();
-    let mut held = tokio::net::TcpStream::connect(w.app.http_addr.unwrap()).await.unwrap();
-    let head =
-        format!("POST /v1/traces HTTP/1.1\r\nhost: weir\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n", body.len());
-    held.write_all(head.as_bytes()).await.unwrap();
-    held.write_all(&body[..1]).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    (w, held, body[1..].to_vec())
+    let (held, rest) = take_a_slot(w.app.http_addr.unwrap(), &traces("held", 3, 1).encode_to_vec()).await;
+    (w, held, rest)
 }
 
 #[tokio::test]

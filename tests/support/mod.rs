@@ -408,3 +408,17 @@ pub async fn exchange_raw(s: &mut tokio::net::TcpStream, head: &str, body: &[u8]
         buf.extend_from_slice(&chunk[..n]);
     }
 }
+
+/// Takes an in-flight slot of the weir at `http_addr` with an HTTP/1.1 request of `body`
+/// that sends its head and one byte of the body, and waits until weir has admitted it.
+/// Writing the returned rest on the returned connection completes it and frees the slot.
+pub async fn take_a_slot(http_addr: std::net::SocketAddr, body: &[u8]) -> (tokio::net::TcpStream, Vec<u8>) {
+    use tokio::io::AsyncWriteExt;
+    let mut conn = tokio::net::TcpStream::connect(http_addr).await.unwrap();
+    let head =
+        format!("POST /v1/traces HTTP/1.1\r\nhost: weir\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n", body.len());
+    conn.write_all(head.as_bytes()).await.unwrap();
+    conn.write_all(&body[..1]).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    (conn, body[1..].to_vec())
+}
