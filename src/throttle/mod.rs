@@ -237,8 +237,9 @@ impl AdmissionClock {
     /// unread body, or a hold under a millisecond, the timer's resolution). The hold is
     /// [`Admission::hold_for`] with ±25% jitter, so that clients refused together do not
     /// all come back together; `declared` is the refused request's body length, when
-    /// known, and `deadline` how long its client waits, when the request says. `unread` is what the held request leaves unread in weir's socket (an
-    /// HTTP/1.1 body too large to read away first; 0 otherwise), counted against `room`
+    /// known, and `deadline` how long its client waits, when the request says. `unread`
+    /// is what the held request leaves unread in weir's socket (an HTTP/1.1 body too
+    /// large to read away first; 0 otherwise), counted against `room`
     /// (`hold.max_held_bytes`; `None`, no bound) until the guard drops.
     pub fn hold(
         self: &Arc<Self>,
