@@ -26,6 +26,7 @@ fn defaults_fill_in() {
     assert_eq!((t.thresholds.mem.enter, t.thresholds.mem.exit, t.thresholds.mem.hard, t.thresholds.mem.breach_n), (0.85, 0.78, 0.92, 1));
     assert_eq!((t.hold.max, t.hold.return_ratio, t.hold.max_held), (std::time::Duration::from_secs(5), 0.1, 1024));
     assert_eq!(t.hold.deadline_share, 0.8);
+    assert_eq!(t.hold.deadline_return_ratio, None, "unset: return_ratio");
     assert_eq!(t.hold.max_held_bytes, 0, "automatic: bounded where the cgroup charges socket buffers");
 }
 
@@ -36,6 +37,8 @@ fn hold_return_ratio_may_go_below_the_default_down_to_a_hundredth() {
     assert_eq!(ratio("0.05").unwrap().receiver.throttle.hold.return_ratio, 0.05);
     assert_eq!(ratio("0.01").unwrap().receiver.throttle.hold.return_ratio, 0.01);
     assert!(ratio("0.009").expect_err("below 0.01").to_string().contains("hold.return_ratio: must be in [0.01, 100]"));
+    let stated = Config::from_yaml("exporters: [{type: blackhole}]\nreceiver: {throttle: {hold: {deadline_return_ratio: 0.05}}}").unwrap();
+    assert_eq!((stated.receiver.throttle.hold.return_ratio, stated.receiver.throttle.hold.deadline_return_ratio), (0.1, Some(0.05)));
 }
 
 #[test]
@@ -165,6 +168,10 @@ fn every_rule_names_its_key() {
             "receiver.throttle.hold.return_ratio: must be in [0.01, 100]",
         ),
         ("exporters: [{type: blackhole}]\nreceiver: {throttle: {hold: {max: 2m}}}", "receiver.throttle.hold.max"),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {throttle: {hold: {deadline_return_ratio: 200}}}",
+            "receiver.throttle.hold.deadline_return_ratio: must be in [0.01, 100]",
+        ),
         (
             "exporters: [{type: blackhole}]\nreceiver: {throttle: {hold: {deadline_share: 1}}}",
             "receiver.throttle.hold.deadline_share: must be in [0, 0.95]",

@@ -447,7 +447,8 @@ impl Admission {
     /// `deadline` is how long the client waits for its answer, when the request says
     /// (`grpc-timeout`): then the bound is `hold.deadline_share` of it (at most 60 s)
     /// instead of `hold.max`, less the jitter [`HOLD_JITTER`] can add, so that the jittered
-    /// hold still ends inside that.
+    /// hold still ends inside that, and the returns are reckoned at
+    /// `hold.deadline_return_ratio` when it is set.
     ///
     /// `declared` is the refused request's body length, when its headers state one. Then
     /// the rate is also reckoned for requests of that size, completed bytes per second ÷
@@ -465,11 +466,12 @@ impl Admission {
         if !h.enabled || held > h.max_held {
             return std::time::Duration::ZERO;
         }
-        let max = match deadline {
-            Some(d) if h.deadline_share > 0.0 => {
-                d.mul_f64(h.deadline_share).min(std::time::Duration::from_secs(60)).div_f64(1.0 + HOLD_JITTER)
-            }
-            _ => h.max,
+        let (max, return_ratio) = match deadline {
+            Some(d) if h.deadline_share > 0.0 => (
+                d.mul_f64(h.deadline_share).min(std::time::Duration::from_secs(60)).div_f64(1.0 + HOLD_JITTER),
+                h.deadline_return_ratio.unwrap_or(h.return_ratio),
+            ),
+            _ => (h.max, h.return_ratio),
         };
         let rate = {
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -490,7 +492,7 @@ impl Admission {
         if rate <= 0.0 {
             return max;
         }
-        std::time::Duration::try_from_secs_f64(held as f64 / (h.return_ratio * rate)).map_or(max, |d| d.min(max))
+        std::time::Duration::try_from_secs_f64(held as f64 / (return_ratio * rate)).map_or(max, |d| d.min(max))
     }
 
     /// `hold.max_held`: past this many held at once, a refusal is answered at once.

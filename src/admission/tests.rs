@@ -369,3 +369,31 @@ fn the_line_is_empty_only_where_there_is_a_line_and_nobody_waits_in_it() {
     a.leave_line();
     assert!(a.line_empty());
 }
+
+#[test]
+fn a_request_that_states_its_deadline_returns_at_deadline_return_ratio_and_others_at_return_ratio() {
+    let mut c = cfg();
+    c.slow_start.enabled = false;
+    c.hold.max = Duration::from_secs(5);
+    c.hold.return_ratio = 0.1;
+    c.hold.max_held = 10_000;
+    let a = Admission::new(&c, 1.0);
+    complete_over_a_second(&a, 1000, 2 * SEC);
+    let ten = Some(Duration::from_secs(10));
+    // Unset: both at return_ratio. 1000/s at 0.1 returns 100/s, so 300 held take 3 s.
+    let same = a.hold_for(2 * SEC, 300, None, ten);
+    assert!((same.as_secs_f64() - 3.0).abs() < 1e-2, "{same:?}");
+    c.hold.deadline_return_ratio = Some(0.05);
+    a.reconfigure(&c);
+    // At 0.05, 50/s: 300 held take 6 s, past `max` (5 s) but inside the 10 s deadline's
+    // bound (6.4 s before jitter).
+    let stated = a.hold_for(2 * SEC, 300, None, ten);
+    assert!((stated.as_secs_f64() - 6.0).abs() < 1e-2, "{stated:?}");
+    // Without a deadline nothing changes.
+    let unstated = a.hold_for(2 * SEC, 300, None, None);
+    assert!((unstated.as_secs_f64() - 3.0).abs() < 1e-2, "{unstated:?}");
+    // Deadlines ignored (share 0): return_ratio and `max` again.
+    c.hold.deadline_share = 0.0;
+    a.reconfigure(&c);
+    assert_eq!(a.hold_for(2 * SEC, 300, None, ten), unstated);
+}

@@ -93,6 +93,15 @@ pub struct HoldConfig {
     pub deadline_share: f64,
     /// Held clients come back at about this multiple of the admitted completion rate.
     pub return_ratio: f64,
+    /// The same for requests that state their deadline (gRPC's `grpc-timeout`, while
+    /// `deadline_share` is above 0); unset, `return_ratio`. Such a hold is bounded by the
+    /// client's own deadline instead of `max`, so it can be longer without outlasting the
+    /// client: a lower ratio here spaces out the returns that `max` would otherwise cut
+    /// short. Over one shared gRPC connection every return that finds the core taken is a
+    /// refused body received whole, so fewer returns there free the core; over HTTP/1.1 a
+    /// held body stays in its socket and a return costs little, which is why the two are
+    /// set apart.
+    pub deadline_return_ratio: Option<f64>,
     /// Refusals held at once, process-wide; past it a refusal is answered at once. A held
     /// HTTP/1.1 refusal keeps its connection and hyper's buffers (about 100 KB measured
     /// with 600 KB bodies), so this bounds what holding costs in memory. Refusals are also
@@ -219,6 +228,9 @@ impl HoldConfig {
         if !(self.return_ratio >= 0.01 && self.return_ratio <= 100.0) {
             return Err(ConfigError::invalid(format!("{prefix}.hold.return_ratio"), "must be in [0.01, 100]"));
         }
+        if self.deadline_return_ratio.is_some_and(|r| !(0.01..=100.0).contains(&r)) {
+            return Err(ConfigError::invalid(format!("{prefix}.hold.deadline_return_ratio"), "must be in [0.01, 100]"));
+        }
         Ok(())
     }
 }
@@ -238,7 +250,15 @@ impl Default for HoldConfig {
         // after their clients left.
         // 0.8 of a stated deadline: 8 s for the OpenTelemetry exporters' 10 s, 4 s for the
         // Collector's 5 s (which a 5 s `max` with jitter would cross).
-        HoldConfig { enabled: true, max: Duration::from_secs(5), deadline_share: 0.8, return_ratio: 0.1, max_held: 1024, max_held_bytes: 0 }
+        HoldConfig {
+            enabled: true,
+            max: Duration::from_secs(5),
+            deadline_share: 0.8,
+            return_ratio: 0.1,
+            deadline_return_ratio: None,
+            max_held: 1024,
+            max_held_bytes: 0,
+        }
     }
 }
 impl Default for KneeConfig {
