@@ -222,14 +222,19 @@ fn complete_sized_over_a_second(a: &Admission, n: u64, end: u64, bytes: u64) {
     }
 }
 
-/// Admission with holding set up for the hold tests: no slow start, no `max_held` bound.
-fn holding(return_ratio: f64, max: Duration) -> Admission {
+/// The config of the hold tests: no slow start, no `max_held` bound.
+fn holding_cfg(return_ratio: f64, max: Duration) -> ThrottleConfig {
     let mut c = cfg();
     c.slow_start.enabled = false;
     c.hold.return_ratio = return_ratio;
     c.hold.max = max;
     c.hold.max_held = 10_000;
-    Admission::new(&c, 1.0)
+    c
+}
+
+/// Admission with [`holding_cfg`].
+fn holding(return_ratio: f64, max: Duration) -> Admission {
+    Admission::new(&holding_cfg(return_ratio, max), 1.0)
 }
 
 #[test]
@@ -272,10 +277,7 @@ fn a_refused_large_body_is_held_for_the_rate_of_requests_its_size() {
 
 #[test]
 fn a_stated_deadline_bounds_the_hold_instead_of_max_so_the_jittered_hold_ends_inside_it() {
-    let mut c = cfg();
-    c.slow_start.enabled = false;
-    c.hold.max = Duration::from_secs(5);
-    c.hold.return_ratio = 0.05;
+    let mut c = holding_cfg(0.05, Duration::from_secs(5));
     let a = Admission::new(&c, 1.0);
     let ten = Some(Duration::from_secs(10));
     // Nothing completed: the longest hold, 0.8 x 10 s less the jitter's quarter.
@@ -372,11 +374,7 @@ fn the_line_is_empty_only_where_there_is_a_line_and_nobody_waits_in_it() {
 
 #[test]
 fn a_request_that_states_its_deadline_returns_at_deadline_return_ratio_and_others_at_return_ratio() {
-    let mut c = cfg();
-    c.slow_start.enabled = false;
-    c.hold.max = Duration::from_secs(5);
-    c.hold.return_ratio = 0.1;
-    c.hold.max_held = 10_000;
+    let mut c = holding_cfg(0.1, Duration::from_secs(5));
     let a = Admission::new(&c, 1.0);
     complete_over_a_second(&a, 1000, 2 * SEC);
     let ten = Some(Duration::from_secs(10));
