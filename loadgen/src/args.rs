@@ -37,7 +37,7 @@ pub const USAGE: &str = "usage: loadgen [flags]   (single or double dash; `-flag
   -warmup-spans N        spans per warmup request (default 128, 128 B of attributes each)
   -burst-spans N         spans per burst request (default 512, 1024 B each)
   -bigpayload-spans N    spans per bigpayload request (default 128, 4096 B each)
-  -encoding json|proto   body encoding (default json, as the seed)
+  -encoding json|proto   body encoding (default json; -protocol grpc always sends proto)
   -gzip                  gzip request bodies
   -protocol http|grpc    transport (default http)
   -phases LIST           comma list of warmup,burst,bigpayload (default all three)
@@ -52,8 +52,8 @@ pub const USAGE: &str = "usage: loadgen [flags]   (single or double dash; `-flag
                          request ends its stream, not the connection
   -respect-retry-after   closed loop: after a 429/503 with Retry-After (or RESOURCE_EXHAUSTED /
                          UNAVAILABLE with RetryInfo) the worker waits that long, plus up to
-                         half again (jitter), as OTLP SDK exporters do (default off: the
-                         seed's loop retries at once)
+                         half again (jitter), as OTLP SDK exporters do (default off: a
+                         refused worker sends its next request at once)
   -keep-connections      one client (one connection pool) for the whole run, and a phase's
                          requests still unanswered at its end are let finish (not counted)
                          before the next phase starts, as long-lived exporters behave; default
