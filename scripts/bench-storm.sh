@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Goodput under refusal storms: A (throttle off, c=2, the capacity a calm client mix
-# gets) against D (throttle on, c=512) in the seed's 1 CPU / 300 MiB cgroup, for every
-# protocol, with clients that retry a refusal at once (the seed's loop) and with clients
-# that honour Retry-After, plus the open loop at 10x A's rate. Each pair is one run of
-# scripts/bench-scenarios.sh; this script writes OUT/storm.md with D / A per phase.
+# gets) against D (throttle on, c=512), for every protocol, with clients that retry a
+# refusal at once and with clients that honour Retry-After, plus the open loop at 10x
+# A's rate, in a 1 CPU / 300 MiB and a 0.5 CPU / 150 MiB cgroup. weir runs
+# config/weir.yaml as shipped, with only its exporter swapped for the sink. Each pair is
+# one run of scripts/bench-scenarios.sh; this script writes OUT/<size>/storm.md with
+# D / A per phase, every pass's figures, and how many passes met the goal.
 #
-# Environment: PHASE (default 15s), OUT (default bench/results/<date>/storm), RUNS (a
+# Environment: SIZES (default "1:300 0.5:150", CPUs:MiB), CONFIG (default: the shipped
+# config with the sink as exporter; config/bench.yaml or any file instead),
+# PHASE (default 8s), OUT (default bench/results/<date>/storm), RUNS (a
 # subset of: http-once h2c-once grpc-once http-respect open-loop), WEIR and LOADGEN
 # (prebuilt binaries, e.g. an older weir for a before/after run), LABEL (what the report
 # calls the weir measured; default the checkout's commit), PASSES (default 1: how many
@@ -15,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PHASE=${PHASE:-15s}
+PHASE=${PHASE:-8s}
 OUT=${OUT:-bench/results/$(date +%Y-%m-%d)/storm}
 RUNS=${RUNS:-http-once h2c-once grpc-once http-respect open-loop}
 PASSES=${PASSES:-1}
@@ -24,6 +28,25 @@ if [ -z "${WEIR:-}" ] || [ -z "${LOADGEN:-}" ]; then
   cargo build --release -q -p weir -p loadgen --bins
 fi
 export WEIR=${WEIR:-target/release/weir} LOADGEN=${LOADGEN:-target/release/loadgen} PHASE
+SIZES=${SIZES:-1:300 0.5:150}
+ROOT_OUT=$OUT
+if [ -z "${CONFIG:-}" ]; then
+  # The shipped config, its exporter swapped for the sink (nothing else changed).
+  CONFIG="$ROOT_OUT/weir-shipped.yaml"
+  python3 - config/weir.yaml "$CONFIG" <<'PY'
+import sys
+text = open(sys.argv[1]).read()
+head, tail = text.split("\nexporters:\n", 1)
+rest = tail.split("\n\n", 1)[1] if "\n\n" in tail else ""
+sink = "\nexporters:\n  - type: otlp\n    endpoint: \"http://127.0.0.1:14317\"\n    compression: none\n\n"
+open(sys.argv[2], "w").write(head + sink + rest)
+PY
+fi
+export CONFIG
+for size in $SIZES; do
+export CPUS=${size%%:*} MEM=$(( ${size##*:} * 1048576 ))
+OUT="$ROOT_OUT/${CPUS}cpu-${size##*:}mib"
+mkdir -p "$OUT"
 
 # SUMMARY_ONLY=1: only write storm.md from the runs already in OUT.
 for pass in $(seq 1 "$PASSES"); do
@@ -50,7 +73,7 @@ for run in $([ -n "${SUMMARY_ONLY:-}" ] || echo "$RUNS"); do
 done
 done
 
-python3 - "$OUT" "$PHASE" "$("$WEIR" --version 2>/dev/null || true)" "${LABEL:-$(git rev-parse --short HEAD)}" $RUNS <<'PY'
+CPUS=$CPUS MEM=$MEM python3 - "$OUT" "$PHASE" "$("$WEIR" --version 2>/dev/null || true)" "${LABEL:-$(git rev-parse --short HEAD)}" $RUNS <<'PY'
 import json, os, sys
 out, phase, version, commit, *runs = sys.argv[1:]
 what = {
@@ -62,7 +85,7 @@ what = {
 }
 ms = lambda v: "-" if v is None else f"{v:.1f}"
 lines = ["# Goodput under refusal storms", "",
-         f"weir {commit} in a real cgroup with 1 CPU and 300 MiB, exporting over OTLP/gRPC to a sink weir; loadgen phases of {phase} "
+         f"weir {commit} in a real cgroup with {os.environ['CPUS']} CPU and {int(os.environ['MEM']) // 1048576} MiB, exporting over OTLP/gRPC to a sink weir; loadgen phases of {phase} "
          "(warmup c/5 x 128 spans x 128 B, burst c x 512 x 1 KiB, bigpayload c x 128 x 4 KiB). A: throttle off, c=2. D: throttle on, c=512. "
          "Requests still unanswered when a phase ends are cancelled and not counted. `P99 after 2 s` leaves out requests sent in a phase's "
          "first two seconds, when all of its connections open at once.", ""]
@@ -85,6 +108,7 @@ def phase_cpu(dd, who, i):
         return None
     part = pct[i * secs + 1:(i + 1) * secs - 1]
     return sum(part) / len(part) / 100 if part else None
+goal_rows = []
 for run in runs:
     # One pass: OUT/<run>/; several: OUT/<run>/pass-<n>/.
     dirs = sorted(glob.glob(os.path.join(out, run, "pass-*"))) or [os.path.join(out, run)]
@@ -118,6 +142,18 @@ for run in runs:
         errors = med([x["counts"]["transport_errors"] + x["counts"]["other"] for x in pd])
         pooled = sum(y["accepted_spans_per_s"] for y in pd) / max(1, sum(x["accepted_spans_per_s"] for x in pa))
         cores = [med([c for c in (phase_cpu(dd, who, i) for dd in dirs) if c is not None]) for who in ("A", "D")]
+        # The goal, pass by pass: D >= 90% of A's accepted spans/s and, closed loop, D's
+        # P99 <= max(2 x A's, A's + 10 ms).
+        def held(x, y):
+            ok = y["accepted_spans_per_s"] >= 0.9 * max(1, x["accepted_spans_per_s"])
+            if run != "open-loop" and x.get("p99_ms") is not None and y.get("p99_ms") is not None:
+                ok = ok and y["p99_ms"] <= max(2 * x["p99_ms"], x["p99_ms"] + 10)
+            return ok
+        goal = sum(held(x, y) for x, y in zip(pa, pd))
+        every = " ".join(f"{100 * r:.0f}%" for r in ratios)
+        goal_rows.append(f"| {run} | {phase} | {every} | " + " ".join(
+            "-" if x.get("p99_ms") is None or y.get("p99_ms") is None else f"{y['p99_ms'] / max(x['p99_ms'], 1e-9):.2f}" for x, y in zip(pa, pd)) +
+            f" | {goal} of {n} |")
         cpu = "/".join("-" if c is None else f"{c:.2f}" for c in cores)
         lines.append(f"| {phase} | {a_acc:.0f} | {d_acc:.0f} | {100 * med(ratios):.0f}% | " +
                      (f"{100 * min(ratios):.0f}-{100 * max(ratios):.0f}% | {100 * pooled:.0f}% | " if n > 1 else "") +
@@ -130,6 +166,10 @@ for run in runs:
     # cgroup v1 counts socket buffers apart from memory.max_usage_in_bytes (v2 includes them).
     sock_note = f"; its sockets' buffers peaked at {sock} MiB, which cgroup v1 counts apart and v2 would add" if sock else ""
     lines += ["", f"D: {ooms} OOM kills, {restarts} restarts, memory peak {peak} MiB{sock_note}" + (f" (over {n} passes)." if n > 1 else "."), ""]
+lines += ["## Every pass", "", "D / A accepted spans/s and D / A P99 in each pass, and the passes that met the goal "
+          "(D >= 90% of A and, closed loop, D's P99 <= max(2x A's, A's + 10 ms)).", "",
+          "| run | phase | D / A spans/s, every pass | D / A P99, every pass | goal met |", "|---|---|---|---|---|"] + goal_rows
 open(os.path.join(out, "storm.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
+done

@@ -82,6 +82,38 @@ fn cores() -> f64 {
     std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
 }
 
+/// The memory a connection cap is reckoned against: the cgroup's limit when there is
+/// one, else the machine's.
+fn memory_for_connections(throttle: &Throttle) -> u64 {
+    let cgroup = throttle.reader.as_ref().and_then(|r| r.memory()).and_then(|m| m.limit);
+    cgroup.or_else(machine_memory).unwrap_or(1 << 30)
+}
+
+fn machine_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = info.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse::<u64>().ok()?;
+    Some(kib * 1024)
+}
+
+/// Raises the soft open-file limit to the hard one (as Go's runtime does): every
+/// connection is a file, and a soft limit of 1,024 would cap weir below what its memory
+/// serves. Returns the soft limit in force.
+fn raise_open_files() -> u64 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `lim` is a valid, writable rlimit for getrlimit to fill in.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 1024;
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+        // SAFETY: setting the soft limit to the current hard limit is always allowed.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim = raised;
+        }
+    }
+    lim.rlim_cur
+}
+
 /// Starts everything described by `config`.
 pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let original = config.clone();
@@ -122,6 +154,14 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         grpc_max_message_bytes: config.receiver.grpc_server.max_recv_msg_size_bytes,
     };
     tracing::info!(bytes = ctx.bodies.limit(), "request bodies in flight: memory budget");
+    let open_files = raise_open_files();
+    let conn_memory = memory_for_connections(&throttle);
+    let conn_cap = |limit: crate::receiver::middleware::ConnLimit, server: &'static str| {
+        let n = limit.resolve(cores(), conn_memory, open_files);
+        metrics::gauge!(telemetry::names::MAX_CONNECTIONS, "server" => server).set(n as f64);
+        tracing::info!(server, max_connections = n, ?limit, memory_bytes = conn_memory, open_files, "connection cap");
+        n
+    };
     let mut receivers = Vec::new();
 
     let mut http_addr = None;
@@ -132,7 +172,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         let tls = h.tls.as_ref().map(|t| server::tls_acceptor("http", t, &[b"h2", b"http/1.1"])).transpose()?;
         let listen = server::Listen {
             tls,
-            max_conns: listener.max_conns.map(|l| l.resolve(cores())),
+            max_conns: listener.max_conns.map(|l| conn_cap(l, "http")),
             h2_stream_window: h.http2_stream_window_bytes,
             tracker: Some(Arc::clone(&throttle.conns)),
             connections: h.connections,
@@ -154,7 +194,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         let tls = g.tls.as_ref().map(|t| server::tls_acceptor("grpc", t, &[b"h2"])).transpose()?;
         let listen = server::Listen {
             tls,
-            max_conns: listener.max_conns.map(|l| l.resolve(cores())),
+            max_conns: listener.max_conns.map(|l| conn_cap(l, "grpc")),
             h2_stream_window: g.http2_stream_window_bytes,
             tracker: Some(Arc::clone(&throttle.conns)),
             connections: g.connections,

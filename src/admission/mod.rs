@@ -4,7 +4,9 @@
 //! 0. queue delay ([`Admission::check_queue_delay`], called by the throttle layer with the
 //!    request's wait in front of weir from `receiver::rxstamp`): refuse a wait longer than
 //!    `queue_delay.target` while busy;
-//! 1. in-flight hard cap (`max_inflight_per_core`, off by default; never gated);
+//! 1. in-flight cap (`max_inflight_per_core`): by default the adaptive limit of
+//!    [`limit`], enforced only while busy (a water level above its exit line, or the CPU
+//!    right now); a number set by hand is a fixed cap, never gated;
 //! 2. slow start: after a cold start, or when fewer than 30% of the pass window's
 //!    buckets saw traffic, the admitted rate follows init + (target − init)(1 − e^(−4p));
 //! 3. burst damping: when arrivals exceed `ratio` × the pass baseline, the rate is capped
@@ -22,6 +24,7 @@
 //! Time is injected (nanoseconds since an origin), so the simulator and tests are exact.
 
 pub mod knee;
+pub mod limit;
 pub mod pid;
 pub mod window;
 
@@ -30,6 +33,29 @@ use knee::KneeLearner;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 use window::RollingWindow;
+
+/// What weir works out by itself (see [`Admission::derived`]).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Derived {
+    /// The in-flight cap is the adaptive limit (`max_inflight_per_core: auto`).
+    pub adaptive: bool,
+    /// The in-flight cap in force (0: none).
+    pub inflight_cap: i64,
+    /// The adaptive limit, whether or not it is the cap.
+    pub adaptive_limit: i64,
+    /// The limit is probing the calm service time at its floor.
+    pub probing: bool,
+    /// The calm service time (latency of an admitted request with a core to itself).
+    pub calm_service_seconds: Option<f64>,
+    /// How long a request may wait for a slot.
+    pub inflight_wait_seconds: f64,
+    /// Requests that may wait for a slot, per core.
+    pub line_per_core: f64,
+    /// The smallest declared body that may wait.
+    pub wait_min_body_bytes: u64,
+    /// The queue-delay target in force.
+    pub queue_delay_target_seconds: f64,
+}
 
 /// Which layer refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +123,8 @@ struct State {
     /// Their declared body bytes (requests of unknown length add nothing).
     recent_bytes: RollingWindow,
     rt: RollingWindow,
+    /// The adaptive in-flight limit (kept up to date whether or not it is enforced).
+    limit: limit::AdaptiveLimit,
     /// Slow start: start of the current ramp, if ramping.
     warmup_start: Option<u64>,
     warmup_done_once: bool,
@@ -121,6 +149,12 @@ pub struct Admission {
     cores: f64,
     /// In-flight cap; 0 = none.
     cap: std::sync::atomic::AtomicI64,
+    /// The cap is the adaptive limit's (refuses only while busy).
+    adaptive: std::sync::atomic::AtomicBool,
+    /// Derived from the calm service time: the wait for a slot and the queue-delay target
+    /// (ns), used where their keys are `auto`.
+    derived_wait: std::sync::atomic::AtomicU64,
+    derived_queue_delay: std::sync::atomic::AtomicU64,
     inflight: AtomicI64,
     /// Requests waiting for an in-flight slot.
     waiting: AtomicI64,
@@ -135,11 +169,12 @@ pub struct Admission {
     pub knee: Option<std::sync::Arc<KneeLearner>>,
 }
 
-fn cap_for(cfg: &ThrottleConfig, cores: f64) -> i64 {
-    if cfg.max_inflight_per_core > 0.0 {
-        (cfg.max_inflight_per_core * cores).ceil().max(1.0) as i64
-    } else {
-        0
+/// The fixed cap set by hand (0: none), or `None` for the adaptive limit.
+fn fixed_cap(cfg: &ThrottleConfig, cores: f64) -> Option<i64> {
+    match cfg.max_inflight_per_core.get() {
+        None => None,
+        Some(per_core) if per_core > 0.0 => Some((per_core * cores).ceil().max(1.0) as i64),
+        Some(_) => Some(0),
     }
 }
 
@@ -161,8 +196,13 @@ impl Admission {
                 cfg.knee.recompute.as_nanos() as u64,
             ))
         });
+        let adaptive = limit::AdaptiveLimit::new(cores);
+        let fixed = fixed_cap(cfg, cores);
         Admission {
-            cap: std::sync::atomic::AtomicI64::new(cap_for(cfg, cores)),
+            cap: std::sync::atomic::AtomicI64::new(fixed.unwrap_or(adaptive.limit())),
+            adaptive: std::sync::atomic::AtomicBool::new(fixed.is_none()),
+            derived_wait: std::sync::atomic::AtomicU64::new(limit::inflight_wait(None).as_nanos() as u64),
+            derived_queue_delay: std::sync::atomic::AtomicU64::new(limit::queue_delay_target(None).as_nanos() as u64),
             cores,
             inflight: AtomicI64::new(0),
             waiting: AtomicI64::new(0),
@@ -176,6 +216,7 @@ impl Admission {
                 recent_pass: RollingWindow::new(10, SEC / 10),
                 recent_bytes: RollingWindow::new(10, SEC / 10),
                 rt: RollingWindow::new(b.buckets, bucket),
+                limit: adaptive,
                 warmup_start: cfg.slow_start.enabled.then_some(0),
                 warmup_done_once: !cfg.slow_start.enabled,
                 last_sparse_check: 0,
@@ -197,7 +238,10 @@ impl Admission {
     /// their data unless their shape (BBR window or buckets) changed.
     pub fn reconfigure(&self, cfg: &ThrottleConfig) {
         let old = self.cfg.load_full();
-        self.cap.store(cap_for(cfg, self.cores), Ordering::Relaxed);
+        let fixed = fixed_cap(cfg, self.cores);
+        self.adaptive.store(fixed.is_none(), Ordering::Relaxed);
+        let cap = fixed.unwrap_or_else(|| self.state.lock().unwrap_or_else(|e| e.into_inner()).limit.limit());
+        self.cap.store(cap, Ordering::Relaxed);
         if old.bbr.window != cfg.bbr.window || old.bbr.buckets != cfg.bbr.buckets {
             let bucket = (cfg.bbr.window.as_nanos() as u64 / cfg.bbr.buckets as u64).max(1);
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -215,9 +259,40 @@ impl Admission {
         self.cfg.store(std::sync::Arc::new(cfg.clone()));
     }
 
-    /// How long a request may wait for an in-flight slot (`max_inflight_wait`).
+    /// How long a request may wait for an in-flight slot (`max_inflight_wait`, or
+    /// derived from the calm service time).
     pub fn inflight_wait(&self) -> std::time::Duration {
-        self.cfg.load().max_inflight_wait
+        self.cfg.load().max_inflight_wait.get().unwrap_or_else(|| std::time::Duration::from_nanos(self.derived_wait.load(Ordering::Relaxed)))
+    }
+
+    /// The queue-delay target in force (`queue_delay.target`, or derived).
+    pub fn queue_delay_target(&self) -> std::time::Duration {
+        self.cfg.load().queue_delay.target.get().unwrap_or_else(|| std::time::Duration::from_nanos(self.derived_queue_delay.load(Ordering::Relaxed)))
+    }
+
+    /// The smallest declared body that may wait for a slot (`inflight_wait_min_body_bytes`,
+    /// or derived).
+    pub fn wait_min_body_bytes(&self) -> u64 {
+        self.cfg.load().inflight_wait_min_body_bytes.get().unwrap_or_else(limit::wait_min_body_bytes)
+    }
+
+    /// What weir works out by itself, for `/debug/throttle` and the gauges.
+    pub fn derived(&self) -> Derived {
+        let (limit, calm, probing) = {
+            let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            (st.limit.limit(), st.limit.calm_nanos(), st.limit.probing())
+        };
+        Derived {
+            adaptive: self.adaptive.load(Ordering::Relaxed),
+            inflight_cap: self.cap.load(Ordering::Relaxed),
+            adaptive_limit: limit,
+            probing,
+            calm_service_seconds: calm.map(|c| c as f64 / 1e9),
+            inflight_wait_seconds: self.inflight_wait().as_secs_f64(),
+            line_per_core: self.cfg.load().max_inflight_queue_per_core,
+            wait_min_body_bytes: self.wait_min_body_bytes(),
+            queue_delay_target_seconds: self.queue_delay_target().as_secs_f64(),
+        }
     }
 
     /// Joins the line of requests waiting for an in-flight slot; false when there is no
@@ -227,7 +302,7 @@ impl Admission {
     /// with [`Admission::leave_line`].
     pub fn join_line(&self, declared: Option<u64>) -> bool {
         let cfg = self.cfg.load();
-        if cfg.max_inflight_wait.is_zero() || declared.is_some_and(|d| d < cfg.inflight_wait_min_body_bytes) {
+        if self.inflight_wait().is_zero() || declared.is_some_and(|d| d < self.wait_min_body_bytes()) {
             return false;
         }
         let per_core = cfg.max_inflight_queue_per_core;
@@ -281,7 +356,7 @@ impl Admission {
         let q = &cfg.queue_delay;
         let cpu = &cfg.thresholds.cpu;
         let busy = p.above_exit || (cpu.enabled && p.cpu > cpu.exit);
-        if q.enabled && busy && waited_nanos > q.target.as_nanos() as u64 {
+        if q.enabled && busy && waited_nanos > self.queue_delay_target().as_nanos() as u64 {
             return Err(Layer::QueueDelay);
         }
         Ok(())
@@ -291,14 +366,15 @@ impl Admission {
     pub fn admit(&self, now: u64, p: Pressure) -> Result<Ticket, Layer> {
         let inflight = self.inflight.load(Ordering::Relaxed);
         let cap = self.cap.load(Ordering::Relaxed);
-        if cap > 0 && inflight >= cap {
+        let capped = cap > 0 && (!self.adaptive.load(Ordering::Relaxed) || self.busy(p));
+        if capped && inflight >= cap {
             return Err(Layer::InflightCap);
         }
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         // Read again and counted under the lock: requests admitted at the same moment on
         // other threads must see each other, or all of them would find the core idle.
         let inflight = self.inflight.load(Ordering::Relaxed);
-        if cap > 0 && inflight >= cap {
+        if capped && inflight >= cap {
             return Err(Layer::InflightCap);
         }
         st.arrival.add(now, 1.0);
@@ -310,11 +386,19 @@ impl Admission {
         let verdict = self.layers(&mut st, now, p, inflight);
         if verdict.is_ok() {
             st.admitted_this_second += 1.0;
+            st.limit.admitted(inflight + 1);
             self.inflight.fetch_add(1, Ordering::Relaxed);
             drop(st);
             self.admitted_total.fetch_add(1, Ordering::Relaxed);
         }
         verdict.map(|()| Ticket { start: now, bytes: 0 })
+    }
+
+    /// Whether the adaptive limit is enforced: some water level is above its exit line,
+    /// or the CPU is right now. On a calm machine nothing is refused for concurrency.
+    fn busy(&self, p: Pressure) -> bool {
+        let cpu = &self.cfg.load().thresholds.cpu;
+        p.above_exit || (cpu.enabled && p.cpu > cpu.exit)
     }
 
     fn layers(&self, st: &mut State, now: u64, p: Pressure, inflight: i64) -> Result<(), Layer> {
@@ -428,6 +512,14 @@ impl Admission {
                 st.recent_bytes.add(now, ticket.bytes as f64);
             }
             st.rt.add(now, rt_ms);
+            if st.limit.sample(now, now.saturating_sub(ticket.start)) {
+                if self.adaptive.load(Ordering::Relaxed) {
+                    self.cap.store(st.limit.limit(), Ordering::Relaxed);
+                }
+                let calm = st.limit.calm_nanos();
+                self.derived_wait.store(limit::inflight_wait(calm).as_nanos() as u64, Ordering::Relaxed);
+                self.derived_queue_delay.store(limit::queue_delay_target(calm).as_nanos() as u64, Ordering::Relaxed);
+            }
         }
         if let Some(k) = &self.knee {
             k.record(now, cpu, rt_ms);

@@ -8,8 +8,19 @@ const MS: u64 = 1_000_000;
 const HOT: Pressure = Pressure { above_exit: true, above_enter: true, cpu: 0.95 };
 const COOL: Pressure = Pressure { above_exit: false, above_enter: false, cpu: 0.2 };
 
+/// The layers on their own: no in-flight cap and no line (the adaptive limit has tests
+/// of its own in `limit`), and one return ratio for every hold.
 fn cfg() -> ThrottleConfig {
-    ThrottleConfig::default()
+    use crate::config::auto::Auto;
+    let mut c = ThrottleConfig {
+        max_inflight_per_core: Auto::Set(0.0),
+        max_inflight_wait: Auto::Set(Duration::ZERO),
+        max_inflight_queue_per_core: 0.0,
+        inflight_wait_min_body_bytes: Auto::Set(0),
+        ..ThrottleConfig::default()
+    };
+    c.hold.deadline_return_ratio = None;
+    c
 }
 
 #[test]
@@ -22,7 +33,7 @@ fn ramp_is_saturating() {
 
 #[test]
 fn hard_cap_refuses_even_when_cool() {
-    let c = ThrottleConfig { max_inflight_per_core: 2.0, ..cfg() };
+    let c = ThrottleConfig { max_inflight_per_core: crate::config::auto::Auto::Set(2.0), ..cfg() };
     let a = Admission::new(&c, 1.5); // cap = ceil(3.0) = 3
     let t: Vec<_> = (0..3).map(|i| a.admit(i * MS, COOL).unwrap()).collect();
     assert_eq!(a.admit(5 * MS, COOL), Err(Layer::InflightCap));
@@ -315,7 +326,7 @@ fn a_refusal_is_answered_at_once_when_holding_is_off_or_too_many_are_held() {
 #[test]
 fn the_line_for_a_slot_is_bounded_per_core() {
     let mut c = cfg();
-    c.max_inflight_wait = Duration::from_millis(20);
+    c.max_inflight_wait = crate::config::auto::Auto::Set(Duration::from_millis(20));
     c.max_inflight_queue_per_core = 1.0;
     let a = Admission::new(&c, 2.0);
     assert!(a.join_line(None) && a.join_line(None), "two cores: two may wait");
@@ -333,15 +344,15 @@ fn only_bodies_of_the_configured_size_may_wait_in_the_line() {
     c.max_inflight_queue_per_core = 4.0;
     let a = Admission::new(&c, 1.0);
     assert!(!a.join_line(Some(1 << 20)), "no max_inflight_wait: no line for anyone");
-    c.max_inflight_wait = Duration::from_millis(20);
-    c.inflight_wait_min_body_bytes = 256 * 1024;
+    c.max_inflight_wait = crate::config::auto::Auto::Set(Duration::from_millis(20));
+    c.inflight_wait_min_body_bytes = crate::config::auto::Auto::Set(256 * 1024);
     a.reconfigure(&c);
     let before = a.joined_total();
     assert!(!a.join_line(Some(256 * 1024 - 1)), "a body one byte short is refused at once");
     assert_eq!(a.joined_total(), before, "and did not join");
     assert!(a.join_line(Some(256 * 1024)), "a body of the minimum waits");
     assert!(a.join_line(None), "a body without a declared length (gRPC) waits");
-    c.inflight_wait_min_body_bytes = 0;
+    c.inflight_wait_min_body_bytes = crate::config::auto::Auto::Set(0);
     a.reconfigure(&c);
     assert!(a.join_line(Some(0)), "0: every body may wait");
     assert_eq!(a.joined_total(), before + 3);
@@ -350,13 +361,13 @@ fn only_bodies_of_the_configured_size_may_wait_in_the_line() {
 #[test]
 fn the_line_is_empty_only_where_there_is_a_line_and_nobody_waits_in_it() {
     assert!(!Admission::new(&cfg(), 1.0).line_empty(), "no cap, no wait: no line");
-    let no_wait = ThrottleConfig { max_inflight_per_core: 1.0, ..cfg() };
+    let no_wait = ThrottleConfig { max_inflight_per_core: crate::config::auto::Auto::Set(1.0), ..cfg() };
     assert!(!Admission::new(&no_wait, 1.0).line_empty(), "a cap but no wait: refused at once, no line");
-    let no_cap = ThrottleConfig { max_inflight_wait: Duration::from_millis(20), ..cfg() };
+    let no_cap = ThrottleConfig { max_inflight_wait: crate::config::auto::Auto::Set(Duration::from_millis(20)), ..cfg() };
     assert!(!Admission::new(&no_cap, 1.0).line_empty(), "a wait but no cap: nothing to wait for");
     let line = ThrottleConfig {
-        max_inflight_per_core: 1.0,
-        max_inflight_wait: Duration::from_millis(20),
+        max_inflight_per_core: crate::config::auto::Auto::Set(1.0),
+        max_inflight_wait: crate::config::auto::Auto::Set(Duration::from_millis(20)),
         max_inflight_queue_per_core: 1.0,
         ..cfg()
     };

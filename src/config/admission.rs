@@ -61,9 +61,9 @@ pub struct BbrConfig {
 pub struct QueueDelayConfig {
     /// On or off.
     pub enabled: bool,
-    /// The longest wait admitted while busy.
-    #[serde(with = "humantime_serde")]
-    pub target: Duration,
+    /// The longest wait admitted while busy. `auto`: four calm service times, within
+    /// 5-10 ms (see `admission::limit`).
+    pub target: super::auto::Auto<Duration>,
 }
 
 /// Held refusals: a refused request is answered after a delay instead of at once, its
@@ -207,7 +207,7 @@ impl Default for BbrConfig {
 }
 impl Default for QueueDelayConfig {
     fn default() -> Self {
-        QueueDelayConfig { enabled: true, target: Duration::from_millis(10) }
+        QueueDelayConfig { enabled: true, target: super::auto::Auto::Auto }
     }
 }
 impl HoldConfig {
@@ -255,7 +255,7 @@ impl Default for HoldConfig {
             max: Duration::from_secs(5),
             deadline_share: 0.8,
             return_ratio: 0.1,
-            deadline_return_ratio: None,
+            deadline_return_ratio: Some(0.05),
             max_held: 1024,
             max_held_bytes: 0,
         }
@@ -278,7 +278,7 @@ pub fn validate(
     cap: f64,
 ) -> Result<(), ConfigError> {
     let key = |k: &str| format!("{prefix}.{k}");
-    if q.enabled && q.target.is_zero() {
+    if q.enabled && q.target.get().is_some_and(|t| t.is_zero()) {
         return Err(ConfigError::invalid(key("queue_delay.target"), "must be > 0 (or set queue_delay.enabled: false)"));
     }
     if !(cap >= 0.0 && cap.is_finite()) {

@@ -3,6 +3,7 @@
 //! whose errors name the offending key and the rule it broke.
 
 mod admission;
+pub mod auto;
 mod envsub;
 mod exporter;
 mod pipeline;

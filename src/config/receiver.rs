@@ -90,7 +90,7 @@ impl Default for HttpServerConfig {
         HttpServerConfig {
             enabled: true,
             endpoint: "0.0.0.0:4318".into(),
-            middlewares: vec!["logging".into(), "content_decompressor".into(), "throttle".into()],
+            middlewares: vec!["logging".into(), "content_decompressor".into(), "throttle".into(), "maxconns".into()],
             max_request_body_bytes: DEFAULT_MAX_BODY_BYTES,
             http2_stream_window_bytes: DEFAULT_H2_STREAM_WINDOW,
             tls: None,
@@ -124,7 +124,7 @@ impl Default for GrpcServerConfig {
         GrpcServerConfig {
             enabled: true,
             endpoint: "0.0.0.0:4317".into(),
-            middlewares: vec!["logging".into(), "content_decompressor".into(), "throttle".into()],
+            middlewares: vec!["logging".into(), "content_decompressor".into(), "throttle".into(), "maxconns".into()],
             max_recv_msg_size_bytes: DEFAULT_MAX_BODY_BYTES,
             http2_stream_window_bytes: DEFAULT_H2_STREAM_WINDOW,
             tls: None,

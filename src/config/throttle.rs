@@ -1,5 +1,6 @@
 //! `receiver.throttle`: the adaptive throttle (seed 002, 0x05h), with its defaults.
 
+use super::auto::Auto;
 use super::ConfigError;
 use crate::signal::Signal;
 use serde::{Deserialize, Serialize};
@@ -26,14 +27,16 @@ pub struct ThrottleConfig {
     pub retry_after: RetryAfterConfig,
     /// Filesystem root under which `proc/self/*` and `sys/fs/cgroup` are read (`/`).
     pub cgroup_root: PathBuf,
-    /// In-flight hard cap per effective core (0 = off). The only layer that may refuse
-    /// while every water level is below its exit line.
-    pub max_inflight_per_core: f64,
+    /// In-flight cap per effective core. `auto` (the default): an adaptive limit that
+    /// rises while admitted requests' latency stays near its calm minimum and falls when
+    /// it grows (`admission::limit`); it refuses only while the CPU is busy. A number: a
+    /// fixed cap that refuses whatever the water levels; 0 = no cap.
+    pub max_inflight_per_core: Auto<f64>,
     /// How long a request that finds the in-flight cap full may wait for a slot before it
     /// is refused (0 = refuse at once). Absorbs arrivals in waves, e.g. clients that all
-    /// honoured the same whole-second Retry-After, without letting the core idle.
-    #[serde(with = "humantime_serde")]
-    pub max_inflight_wait: Duration,
+    /// honoured the same whole-second Retry-After, without letting the core idle. `auto`:
+    /// four calm service times, within 5-100 ms.
+    pub max_inflight_wait: Auto<Duration>,
     /// How many requests may wait for a slot at once, per effective core (0 = no bound).
     /// Bounds the wait of an admitted request to about this many service times, whatever
     /// `max_inflight_wait` allows; the rest are refused (and held, see `hold`) at once.
@@ -42,8 +45,10 @@ pub struct ThrottleConfig {
     /// is at least this many bytes may wait for a slot; smaller ones are refused (and
     /// held) at once, as with no wait. A request without a declared length (gRPC) may
     /// wait. 0: every request may wait. A wait spares a client re-sending its body, which
-    /// is worth a wait's latency for a large body and not for a small one.
-    pub inflight_wait_min_body_bytes: u64,
+    /// is worth a wait's latency for a large body and not for a small one. `auto`: twice
+    /// the kernel's default socket receive buffer (`net.ipv4.tcp_rmem`, 256 KiB on stock
+    /// Linux): a smaller body mostly sits in weir's socket already when its head is read.
+    pub inflight_wait_min_body_bytes: Auto<u64>,
     /// Slow start.
     pub slow_start: super::admission::SlowStartConfig,
     /// Burst damping.
@@ -203,10 +208,12 @@ impl Default for ThrottleConfig {
             rules: RulesConfig::default(),
             retry_after: RetryAfterConfig::default(),
             cgroup_root: PathBuf::from("/"),
-            max_inflight_per_core: 0.0,
-            max_inflight_wait: Duration::ZERO,
-            max_inflight_queue_per_core: 0.0,
-            inflight_wait_min_body_bytes: 0,
+            max_inflight_per_core: Auto::Auto,
+            max_inflight_wait: Auto::Auto,
+            // One request waiting per core: the next one is ready when a core frees, and
+            // an admitted request waits about one service time at most.
+            max_inflight_queue_per_core: 1.0,
+            inflight_wait_min_body_bytes: Auto::Auto,
             slow_start: Default::default(),
             burst_damping: Default::default(),
             bbr: Default::default(),
@@ -333,7 +340,7 @@ impl ThrottleConfig {
         if !(self.max_inflight_queue_per_core >= 0.0 && self.max_inflight_queue_per_core.is_finite()) {
             return Err(ConfigError::invalid(key("max_inflight_queue_per_core"), "must be >= 0 (0 = no bound)"));
         }
-        if self.max_inflight_wait > Duration::from_secs(10) {
+        if self.max_inflight_wait.get().is_some_and(|w| w > Duration::from_secs(10)) {
             return Err(ConfigError::invalid(key("max_inflight_wait"), "must be at most 10s (a wait is time the client sees)"));
         }
         super::admission::validate(
@@ -343,7 +350,7 @@ impl ThrottleConfig {
             &self.bbr,
             &self.knee,
             &self.queue_delay,
-            self.max_inflight_per_core,
+            self.max_inflight_per_core.get().unwrap_or(0.0),
         )?;
         self.hold.validate(prefix)?;
         self.pid.validate(prefix)?;

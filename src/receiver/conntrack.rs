@@ -80,9 +80,22 @@ pub struct ConnRegistry {
     pub http: ConnTracker,
     /// OTLP/gRPC.
     pub grpc: ConnTracker,
+    /// Memory is above its enter line (set by the throttle's sampler): each new
+    /// connection asks the idlest open one to close.
+    memory_short: std::sync::atomic::AtomicBool,
 }
 
 impl ConnRegistry {
+    /// Sets whether memory is short (see `memory_short`).
+    pub fn set_memory_short(&self, short: bool) {
+        self.memory_short.store(short, Ordering::Relaxed);
+    }
+
+    /// Whether memory is short.
+    pub fn memory_short(&self) -> bool {
+        self.memory_short.load(Ordering::Relaxed)
+    }
+
     /// The tracker of a server by name.
     pub fn for_server(&self, name: &str) -> Option<&ConnTracker> {
         match name {

@@ -226,6 +226,10 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
                 },
                 _ = stopped.changed() => break,
             };
+            // Memory short: the connection idle the longest makes room, whatever the count.
+            if tracker.as_ref().is_some_and(|t| t.memory_short()) {
+                open_conns.evict_idlest();
+            }
             // At the cap, the connection idle the longest makes room; with none idle,
             // this one waits (and the next ones in the kernel's backlog).
             let permit = match &limit {

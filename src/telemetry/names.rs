@@ -23,6 +23,8 @@ pub const QUEUE_BYTES: &str = "weir_pipeline_queue_bytes";
 pub const EXPORTER_REQUESTS: &str = "weir_exporter_requests_total";
 /// Open connections by `server`.
 pub const CONNECTIONS: &str = "weir_receiver_connections";
+/// The connection cap in force, by `server` (`maxconns`; absent without one).
+pub const MAX_CONNECTIONS: &str = "weir_receiver_max_connections";
 /// Requests refused, by `protocol`, `signal` and `reason`.
 pub const REQUESTS_REJECTED: &str = "weir_receiver_requests_rejected_total";
 /// Compressed bytes fed to the decompressor, by `encoding`.

@@ -59,6 +59,7 @@ async fn handler(State(s): State<DebugState>) -> Json<serde_json::Value> {
         "connection_surge": snap.conn_surge,
         "pressure": {"above_exit": snap.pressure.above_exit, "above_enter": snap.pressure.above_enter},
         "hold": {"held": held, "held_bytes": held_bytes, "room_bytes": snap.hold_room},
+        "derived": adm.inner.derived(),
         "admission": {
             "inflight": inflight,
             "bbr_max_inflight": bbr_max_inflight,

@@ -186,7 +186,7 @@ pub fn spare_shed(
     snap: &Snapshot,
     priority: Option<Priority>,
 ) -> Decision {
-    if !matches!(decision, Decision::Reject { reason: Reason::Shed, .. }) {
+    if !matches!(decision, Decision::Reject { reason: Reason::Shed | Reason::Open, .. }) {
         return decision;
     }
     let free = core_free(admission, || priority.is_none_or(|p| leads_mix(&snap.class_share, p)));
@@ -201,7 +201,13 @@ pub fn spare_shed(
 /// this common: of about 11,600 refusals in one storm run, 1,660 were CPU sheds. The
 /// admission layers still judge the request (in-flight cap, BBR, queue delay), so a
 /// burst of arrivals finding one idle core does not all get in. Memory and disk pressure
-/// are not about idle cores: their sheds stand. Open refusals always stand.
+/// are not about idle cores: their sheds stand.
+///
+/// The same holds for Open when only the CPU put it there: refusing is itself work for
+/// the core, so with clients that retry at once the CPU stays at its hard line on
+/// refusals alone and Open would refuse everything for as long as the storm lasts (a
+/// whole benchmark phase at 0 accepted). A request that finds a core free is admitted
+/// instead and still meets the in-flight limit; Open from memory or the disk stands.
 ///
 /// [`core_free`] counts as idle also a core that is busy while nobody waits in its line
 /// (an in-flight cap with `max_inflight_wait`; see [`crate::admission::Admission::line_empty`])
@@ -214,7 +220,7 @@ pub fn spare_shed(
 /// bigpayload's accepted spans/s from 95-101K to 103-110K.
 pub fn spare_idle_core(decision: Decision, core_idle: bool, only_cpu_pressed: bool) -> Decision {
     match decision {
-        Decision::Reject { reason: Reason::Shed, .. } if core_idle && only_cpu_pressed => Decision::Admit(Reason::IdleCore),
+        Decision::Reject { reason: Reason::Shed | Reason::Open, .. } if core_idle && only_cpu_pressed => Decision::Admit(Reason::IdleCore),
         d => d,
     }
 }
@@ -372,7 +378,7 @@ impl ThrottleManager {
     /// [`spare_shed`] on the latest snapshot, loaded once.
     pub fn spare_shed(&self, decision: Decision, admission: &crate::admission::Admission, priority: Option<Priority>) -> Decision {
         // Most decisions are not sheds: they pass before the policy and snapshot are loaded.
-        if !matches!(decision, Decision::Reject { reason: Reason::Shed, .. }) {
+        if !matches!(decision, Decision::Reject { reason: Reason::Shed | Reason::Open, .. }) {
             return decision;
         }
         spare_shed(decision, admission, &self.policy.load().config.thresholds, &self.snapshot.load(), priority)
@@ -469,8 +475,8 @@ mod tests {
     fn a_shed_is_spared_for_an_empty_line_only_when_its_class_leads_the_mix() {
         use crate::admission::{Admission, Pressure};
         let config = ThrottleConfig {
-            max_inflight_per_core: 1.0,
-            max_inflight_wait: Duration::from_millis(20),
+            max_inflight_per_core: crate::config::auto::Auto::Set(1.0),
+            max_inflight_wait: crate::config::auto::Auto::Set(Duration::from_millis(20)),
             max_inflight_queue_per_core: 1.0,
             ..ThrottleConfig::default()
         };
@@ -504,7 +510,9 @@ mod tests {
         assert_eq!(spare_idle_core(shed, true, true), Decision::Admit(Reason::IdleCore));
         assert_eq!(spare_idle_core(shed, false, true), shed, "busy core");
         assert_eq!(spare_idle_core(shed, true, false), shed, "memory or disk pressed");
-        assert_eq!(spare_idle_core(open, true, true), open, "open stands");
+        assert_eq!(spare_idle_core(open, true, true), Decision::Admit(Reason::IdleCore), "CPU alone: a free core is used");
+        assert_eq!(spare_idle_core(open, true, false), open, "memory or disk: open stands");
+        assert_eq!(spare_idle_core(open, false, true), open, "busy core: open stands");
         let pass = Decision::Admit(Reason::SheddingPass);
         assert_eq!(spare_idle_core(pass, true, true), pass);
 

@@ -28,6 +28,10 @@ pub const HOLDS_SKIPPED: &str = "weir_throttle_holds_skipped_total";
 pub const HOLDS_RELEASED: &str = "weir_throttle_holds_released_total";
 /// How long each held refusal was held.
 pub const HOLD_SECONDS: &str = "weir_throttle_hold_seconds";
+/// What weir works out by itself, by `value` (see `admission::Derived`):
+/// `inflight_cap`, `adaptive_limit`, `calm_service_seconds`, `inflight_wait_seconds`,
+/// `wait_min_body_bytes`, `queue_delay_target_seconds`.
+pub const DERIVED: &str = "weir_throttle_derived";
 /// Actual time between samples.
 pub const SAMPLER_INTERVAL: &str = "weir_throttle_sampler_interval_seconds";
 /// Time one sample takes (cgroup reads and computation).
@@ -86,5 +90,19 @@ pub fn connections(http: &crate::receiver::conntrack::ConnSample, grpc: &crate::
             .set(s.rtt_avg_ms.map_or(f64::NAN, |r| r / 1000.0));
         ::metrics::gauge!("weir_receiver_tcp_rtt_seconds", "server" => server, "stat" => "max")
             .set(s.rtt_max_ms.map_or(f64::NAN, |r| r / 1000.0));
+    }
+}
+
+/// Publishes what the admission layers work out by themselves.
+pub fn derived(d: &crate::admission::Derived) {
+    for (value, v) in [
+        ("inflight_cap", d.inflight_cap as f64),
+        ("adaptive_limit", d.adaptive_limit as f64),
+        ("calm_service_seconds", d.calm_service_seconds.unwrap_or(f64::NAN)),
+        ("inflight_wait_seconds", d.inflight_wait_seconds),
+        ("wait_min_body_bytes", d.wait_min_body_bytes as f64),
+        ("queue_delay_target_seconds", d.queue_delay_target_seconds),
+    ] {
+        ::metrics::gauge!(DERIVED, "value" => value).set(v);
     }
 }

@@ -313,10 +313,16 @@ async fn release_when_idle(admission: Arc<AdmissionClock>, mut stop: watch::Rece
     let mut last_joined = admission.inner.joined_total();
     let mut tick = tokio::time::interval(IDLE_CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut checks = 0u32;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => return,
+        }
+        // The derived values' gauges, about once a sample interval.
+        checks = checks.wrapping_add(1);
+        if checks % 25 == 1 {
+            metrics::derived(&admission.inner.derived());
         }
         // Quiet: nothing admitted since the last check.
         let admitted = admission.inner.admitted_total();
@@ -433,6 +439,8 @@ mod tests {
 
     fn clock() -> Arc<AdmissionClock> {
         let mut c = ThrottleConfig::default();
+        // No in-flight cap, so no line: only an idle core releases early here.
+        c.max_inflight_per_core = crate::config::auto::Auto::Set(0.0);
         c.hold.max = Duration::from_secs(30);
         Arc::new(AdmissionClock::new(Admission::new(&c, 1.0), true))
     }
@@ -460,8 +468,8 @@ mod tests {
     async fn with_a_line_a_held_refusal_is_answered_early_while_nobody_waits_in_it() {
         let mut c = ThrottleConfig::default();
         c.hold.max = Duration::from_secs(30);
-        c.max_inflight_per_core = 1.0;
-        c.max_inflight_wait = Duration::from_millis(20);
+        c.max_inflight_per_core = crate::config::auto::Auto::Set(1.0);
+        c.max_inflight_wait = crate::config::auto::Auto::Set(Duration::from_millis(20));
         c.max_inflight_queue_per_core = 1.0;
         let adm = Arc::new(AdmissionClock::new(Admission::new(&c, 1.0), true));
         let (_stop, stop_rx) = watch::channel(false);

@@ -279,6 +279,8 @@ pub async fn run(
                 snapshot.pressure.above_enter = true;
             }
         }
+        let mem_cfg = &config.thresholds.mem;
+        conns.set_memory_short(mem_cfg.enabled && snapshot.level.mem_valid && snapshot.level.mem > mem_cfg.enter);
         super::metrics::publish(&snapshot);
         manager.publish(snapshot);
         super::metrics::sampler_duration(started.elapsed());

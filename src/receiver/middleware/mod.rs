@@ -54,14 +54,30 @@ pub enum ConnLimit {
     Absolute(usize),
     /// `maxConnectionsRatio=R`: R per CPU core.
     PerCore(f64),
+    /// `maxconns` alone: from the memory weir may use (see [`ConnLimit::resolve`]).
+    Memory,
 }
 
+/// What one open connection is reckoned to cost in memory: hyper's buffers, the task,
+/// and the kernel's socket buffers of a connection at rest. A connection moving a body
+/// costs more, for a while; the memory water level, not this count, handles that (at
+/// the memory enter line the idlest connection makes room for each new one).
+pub const CONN_COST_BYTES: u64 = 32 * 1024;
+
 impl ConnLimit {
-    /// The limit for `cores` CPU cores (at least 1).
-    pub fn resolve(self, cores: f64) -> usize {
+    /// The limit for `cores` CPU cores and `memory` bytes (the cgroup's limit, else the
+    /// machine's), at least 1. `Memory`: half of the memory at [`CONN_COST_BYTES`] each
+    /// (4,800 in 300 MiB), and never more than half of what the open-file limit leaves
+    /// after room for weir's own files (the two servers share that limit).
+    pub fn resolve(self, cores: f64, memory: u64, open_files: u64) -> usize {
         match self {
             ConnLimit::Absolute(n) => n.max(1),
             ConnLimit::PerCore(r) => ((r * cores).ceil() as usize).max(1),
+            ConnLimit::Memory => {
+                let by_memory = memory / 2 / CONN_COST_BYTES;
+                let by_files = open_files.saturating_sub(256) / 2;
+                by_memory.min(by_files).max(16) as usize
+            }
         }
     }
 }
@@ -132,6 +148,7 @@ impl MiddlewareSpec {
             "maxconns" => {
                 unknown_opt(&["maxConnections", "maxConnectionsRatio"])?;
                 match (opt("maxConnections"), opt("maxConnectionsRatio")) {
+                    (None, None) => Ok(MiddlewareSpec::MaxConns(ConnLimit::Memory)),
                     (Some(n), None) => match n.parse::<usize>() {
                         Ok(n) if n > 0 => Ok(MiddlewareSpec::MaxConns(ConnLimit::Absolute(n))),
                         _ => Err(format!("maxConnections `{n}` must be a positive integer")),
@@ -140,7 +157,7 @@ impl MiddlewareSpec {
                         Ok(r) if r > 0.0 && r.is_finite() => Ok(MiddlewareSpec::MaxConns(ConnLimit::PerCore(r))),
                         _ => Err(format!("maxConnectionsRatio `{r}` must be a positive number")),
                     },
-                    _ => Err("maxconns needs exactly one of maxConnections or maxConnectionsRatio".into()),
+                    _ => Err("maxconns takes at most one of maxConnections or maxConnectionsRatio (neither: from memory)".into()),
                 }
             }
             "maxbytes" => {
