@@ -11,7 +11,10 @@ fn main() {
         ("no BBR", Layers { bbr: false, ..Layers::ALL }),
         ("no knee", Layers { knee: false, ..Layers::ALL }),
         ("no hold", Layers { hold: false, ..Layers::ALL }),
-        ("throttle only", Layers { slow_start: false, damping: false, bbr: false, knee: false, hold: false, pid: false }),
+        (
+            "throttle only",
+            Layers { slow_start: false, damping: false, bbr: false, knee: false, hold: false, pid: false, inflight_limit: false },
+        ),
     ];
     let mut rows = Vec::new();
     for s in scenarios() {

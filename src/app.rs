@@ -73,7 +73,7 @@ fn start_quota_sync(auth_config: &crate::config::AuthConfig, auth: Option<&AuthL
         return None;
     };
     // The URL was checked with the rest of the config.
-    let target = crate::quota::resp::Target::parse(&store.url).ok()?;
+    let target = store.target().ok()?;
     let settings = crate::quota::store::StoreSettings { target, sync_interval: store.sync_interval, key_prefix: store.key_prefix.clone() };
     Some(crate::quota::store::QuotaSync::start(settings, move || auth.shared_limiters()))
 }

@@ -20,11 +20,14 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[export_name = "_rjem_malloc_conf"]
 pub static malloc_conf: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
+/// `weir --version`: the crate version, the commit built and whether the tree was clean.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("WEIR_COMMIT"), ", ", env!("WEIR_TREE"), " tree)");
+
 /// sysexits.h EX_USAGE / EX_CONFIG-style code for a bad config.
 const EXIT_CONFIG: u8 = 64;
 
 #[derive(Parser)]
-#[command(name = "weir", version, about = "OTLP ingestion gateway with adaptive overload protection")]
+#[command(name = "weir", version = VERSION, about = "OTLP ingestion gateway with adaptive overload protection")]
 struct Args {
     /// Path to the YAML config.
     #[arg(long, short = 'c', default_value = "config/weir.yaml")]
@@ -44,6 +47,9 @@ fn main() -> ExitCode {
         }
     };
     if args.check {
+        for w in &config.receiver.auth.warnings {
+            eprintln!("weir: warning: {w}");
+        }
         for name in weir::config::Config::ignored_env() {
             eprintln!("weir: ignoring environment variable {name}: it names no config section");
         }
@@ -54,6 +60,9 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     init_logging(&config.log);
+    for w in &config.receiver.auth.warnings {
+        tracing::warn!("{w}");
+    }
     for name in weir::config::Config::ignored_env() {
         tracing::warn!(variable = %name, "ignoring an environment variable that names no config section (WEIR_RECEIVER__…, WEIR_PIPELINE__…, …)");
     }

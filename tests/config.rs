@@ -26,7 +26,13 @@ fn defaults_fill_in() {
     assert_eq!((t.thresholds.mem.enter, t.thresholds.mem.exit, t.thresholds.mem.hard, t.thresholds.mem.breach_n), (0.85, 0.78, 0.92, 1));
     assert_eq!((t.hold.max, t.hold.return_ratio, t.hold.max_held), (std::time::Duration::from_secs(5), 0.1, 1024));
     assert_eq!(t.hold.deadline_share, 0.8);
-    assert_eq!(t.hold.deadline_return_ratio, None, "unset: return_ratio");
+    assert_eq!(t.hold.deadline_return_ratio, Some(0.05), "held gRPC clients, which state their deadline, come back at 5%");
+    use weir::config::auto::Auto;
+    assert_eq!(t.max_inflight_per_core, Auto::Auto, "the adaptive limit");
+    assert_eq!((t.max_inflight_wait, t.inflight_wait_min_body_bytes, t.queue_delay.target), (Auto::Auto, Auto::Auto, Auto::Auto));
+    assert_eq!(t.max_inflight_queue_per_core, 1.0);
+    let maxconns = |m: &Vec<String>| m.iter().any(|x| x == "maxconns");
+    assert!(maxconns(&c.receiver.http_server.middlewares) && maxconns(&c.receiver.grpc_server.middlewares), "a connection cap from memory");
     assert_eq!(t.hold.max_held_bytes, 0, "automatic: bounded where the cgroup charges socket buffers");
 }
 
@@ -81,7 +87,12 @@ fn every_rule_names_its_key() {
             "exporters: [{type: blackhole}]\nreceiver: {grpc_server: {middlewares: [cors]}}",
             "receiver.grpc_server.middlewares[0]: `cors` applies to the HTTP server only",
         ),
-        ("exporters: [{type: blackhole}]\nreceiver: {http_server: {middlewares: [\"maxconns\"]}}", "exactly one of maxConnections"),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {http_server: {middlewares: [\"maxconns;maxConnections=5;maxConnectionsRatio=2\"]}}",
+            "at most one of maxConnections",
+        ),
+        ("exporters: [{type: blackhole}]\nreceiver: {throttle: {max_inflight_per_core: lots}}", "neither `auto` nor a number"),
+        ("exporters: [{type: blackhole}]\nreceiver: {throttle: {max_inflight_wait: 20}}", "needs a unit"),
         ("exporters: [{type: blackhole}]\nreceiver: {http_server: {middlewares: [\"maxconns;maxConnections=0\"]}}", "maxConnections `0`"),
         ("exporters: [{type: blackhole}]\nreceiver: {http_server: {middlewares: [\"maxbytes;maxRequestBytes=x\"]}}", "maxRequestBytes"),
         ("exporters: [{type: blackhole}]\nreceiver: {http_server: {middlewares: [\"logging;level=3\"]}}", "unknown option `level`"),
@@ -99,8 +110,16 @@ fn every_rule_names_its_key() {
             "receiver.auth.quota_store.type: `memcached` is not a store weir knows",
         ),
         (
-            "exporters: [{type: blackhole}]\nreceiver: {auth: {quota_store: {type: redis, url: \"rediss://h:1\"}}}",
-            "receiver.auth.quota_store.url: `rediss://` (TLS) is not supported",
+            "exporters: [{type: blackhole}]\nreceiver: {auth: {quota_store: {type: redis, url: \"rediss://h:1\", tls: {ca_file: /nonexistent/ca.pem}}}}",
+            "receiver.auth.quota_store.tls.ca_file: /nonexistent/ca.pem is not a readable file",
+        ),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {auth: {quota_store: {type: redis, url: \"redis://h:1\", tls: {}}}}",
+            "use rediss:// for TLS",
+        ),
+        (
+            "exporters: [{type: blackhole}]\nreceiver: {auth: {quota_store: {type: redis, url: \"http://h:1\"}}}",
+            "must start with redis:// or rediss://",
         ),
         (
             "exporters: [{type: blackhole}]\nreceiver: {auth: {quota_store: {type: redis, url: \"redis://h:1\", sync_interval: 1ms}}}",
@@ -354,4 +373,55 @@ fn tenants_are_names_and_tokens_stay_secret() {
     assert!(e.contains("receiver.auth.tenants.b.tokens") && !e.contains("same-secret"), "{e}");
     let e = err("exporters: [{type: blackhole}]\nreceiver: {auth: {tenants: {a: {tokens_file: /nonexistent/tokens}}}}");
     assert!(e.contains("receiver.auth.tenants.a.tokens_file") && e.contains("/nonexistent/tokens"), "{e}");
+}
+
+#[test]
+fn an_older_shape_token_listed_in_tokens_is_that_tenant_with_one_warning() {
+    // The shape documented before tenants had names: the token as a tenant key, and the
+    // same token in receiver.auth.tokens.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("old.yaml");
+    std::fs::write(
+        &cfg,
+        "receiver:\n  auth:\n    tokens: [old-s3cret, plain-s3cret]\n    tenants: {old-s3cret: {priority: critical}}\nexporters: [{type: blackhole}]\n",
+    )
+    .unwrap();
+    let c = Config::load(&cfg).expect("the older shape still loads");
+    let name = weir::config::token_label("old-s3cret");
+    let mut tokens = c.receiver.auth.all_tokens();
+    tokens.sort();
+    assert_eq!(
+        tokens,
+        vec![("old-s3cret".to_string(), name.clone()), ("plain-s3cret".to_string(), weir::config::token_label("plain-s3cret"))],
+        "the token is that tenant, once"
+    );
+    assert_eq!(c.receiver.auth.warnings.len(), 1, "{:?}", c.receiver.auth.warnings);
+    let w = &c.receiver.auth.warnings[0];
+    assert!(w.contains("receiver.auth.tokens[0]") && w.contains(&name) && w.contains("migrate") && !w.contains("s3cret"), "{w}");
+    // The binary starts with it (exit 0) and prints the warning, never the token.
+    let out = Command::new(env!("CARGO_BIN_EXE_weir")).args(["--config", cfg.to_str().unwrap(), "--check"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("warning:").count(), 1, "{stderr}");
+    assert!(!stderr.contains("s3cret") && !String::from_utf8_lossy(&out.stdout).contains("s3cret"), "{stderr}");
+    // A token of a named tenant listed in tokens stays an error.
+    let e = err("exporters: [{type: blackhole}]\nreceiver: {auth: {tokens: [t-s3cret], tenants: {acme: {tokens: [t-s3cret]}}}}");
+    assert!(e.contains("receiver.auth.tokens[0]") && e.contains("acme") && !e.contains("s3cret"), "{e}");
+}
+
+#[test]
+fn version_names_the_commit_and_the_tree() {
+    let out = Command::new(env!("CARGO_BIN_EXE_weir")).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with(&format!("weir {} (commit ", env!("CARGO_PKG_VERSION"))), "{text}");
+    let head = Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output().ok().filter(|o| o.status.success());
+    match head {
+        Some(h) => {
+            let commit = String::from_utf8_lossy(&h.stdout).trim().to_string();
+            assert!(text.contains(&format!("commit {commit}, ")), "built from {commit}: {text}");
+            assert!(text.contains("clean tree") || text.contains("modified tree"), "{text}");
+        }
+        None => assert!(text.contains("commit unknown"), "{text}"),
+    }
 }

@@ -223,9 +223,9 @@ async fn item_quota_is_reported_as_partial_success() {
 #[tokio::test]
 async fn a_held_refusal_is_answered_inside_the_deadline_the_client_states() {
     use tokio::io::AsyncWriteExt;
-    // One core and one in flight: with the slot taken no core is free, so nothing
-    // answers the held refusal early.
-    let extra = "  throttle:\n    enabled: true\n    signal: {fallback_cores: 1}\n    max_inflight_per_core: 1\n    slow_start: {enabled: false}\n    hold: {max: 30s}\n";
+    // One core and one in flight, and no line for the slot: with the slot taken no core
+    // is free, so nothing answers the held refusal early.
+    let extra = "  throttle:\n    enabled: true\n    signal: {fallback_cores: 1}\n    max_inflight_per_core: 1\n    max_inflight_wait: 0s\n    slow_start: {enabled: false}\n    hold: {max: 30s}\n";
     let yaml = base_yaml(std::path::Path::new("{dir}"), extra)
         .replace(r#"middlewares: ["logging", "content_decompressor"]"#, r#"middlewares: ["logging", "content_decompressor", "throttle"]"#);
     let w = start_yaml(&yaml).await;

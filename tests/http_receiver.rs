@@ -286,7 +286,7 @@ async fn weir_with_its_one_slot_held(line: &str) -> (Weir, tokio::net::TcpStream
 
 #[tokio::test]
 async fn a_full_inflight_cap_queues_for_max_inflight_wait() {
-    let (w, held, rest) = weir_with_its_one_slot_held("    max_inflight_wait: 3s\n").await;
+    let (w, held, rest) = weir_with_its_one_slot_held("    max_inflight_wait: 3s\n    inflight_wait_min_body_bytes: 0\n").await;
     // A second request waits for the held one's slot instead of being refused.
     waits_for_the_held_slot(&w, traces("second", 2, 1).encode_to_vec(), held, &rest).await;
     assert_eq!(wait_items(&w.data_dir(), "traces", 5).await.len(), 5, "both requests' spans exported");

@@ -108,9 +108,12 @@ fn pid_controller_side_by_side() {
     let mut steadier = 0;
     let mut compared = 0;
     let mut failures = Vec::new();
+    // Both without the in-flight limit: the PID controller against the shedding layers
+    // it would replace (the adaptive limit bounds tail latency on its own).
+    let shedding = Layers { inflight_limit: false, ..Layers::ALL };
     for s in pid_scenarios() {
-        let today = run(&s, Layers::ALL, 42);
-        let pid = run(&s, Layers::WITH_PID, 42);
+        let today = run(&s, shedding, 42);
+        let pid = run(&s, Layers { pid: true, ..shedding }, 42);
         let name = s.name;
         let mut check = |ok: bool, what: String| {
             if !ok {
@@ -143,4 +146,43 @@ fn pid_controller_side_by_side() {
     println!("{}", table(&rows));
     println!("PID refusal ratio steadier in {steadier} of {compared} overload scenarios");
     assert!(failures.is_empty(), "the PID controller broke a guarantee: {failures:#?}");
+}
+
+/// The derived limits at 1, 2, 4 and 8 cores, at 2x and 10x and under a retry-at-once
+/// storm, against the same goals as the benchmark: goodput at least 90% of capacity, the
+/// steady-overload P99 within max(2x, +10 ms) of calm clients' (two per core, never
+/// refused), and no OOM. Printed as a table (`-- --nocapture`).
+#[test]
+fn derived_limits_hold_at_every_size() {
+    use weir::sim::core_scenarios;
+    let mut rows = Vec::new();
+    let mut calm = std::collections::HashMap::new();
+    let mut failures = Vec::new();
+    for (cores, s) in core_scenarios() {
+        let o = run(&s, Layers::ALL, 42);
+        let key = cores as u32;
+        if s.name == "calm clients" {
+            assert_eq!(o.refused, 0, "{cores} cores: calm clients refused");
+            calm.insert(key, o.p99_ms);
+        } else {
+            let a = calm[&key];
+            let g = o.goodput_under_overload.unwrap_or(0.0);
+            let p99 = o.p99_steady_overload_ms.unwrap_or(o.p99_ms);
+            if g < 0.9 {
+                failures.push(format!("{cores} cores, {}: goodput {:.1}% of capacity", s.name, g * 100.0));
+            }
+            if p99 > (2.0 * a).max(a + 10.0) {
+                failures.push(format!("{cores} cores, {}: steady P99 {p99:.1} ms against calm {a:.1} ms", s.name));
+            }
+            if o.max_mem >= 1.0 {
+                failures.push(format!("{cores} cores, {}: memory reached {:.2} of the limit", s.name, o.max_mem));
+            }
+            if o.refusals_at_low_load > 0 {
+                failures.push(format!("{cores} cores, {}: {} refusals at <= 70% load", s.name, o.refusals_at_low_load));
+            }
+        }
+        rows.push((format!("{cores} cores"), s.name, o));
+    }
+    println!("{}", table(&rows));
+    assert!(failures.is_empty(), "{failures:#?}");
 }

@@ -220,6 +220,8 @@ fn burn_fixture_cpu(root: &std::path::Path, cores: f64) -> std::sync::Arc<std::s
 
 /// A CPU shed that finds the core idle is admitted over real HTTP and counted as
 /// `reason="idle_core"`; with memory above its enter line as well, the shed stands.
+/// (Without an in-flight cap: with the adaptive limit, a CPU-only shed is left to the
+/// limit instead, `reason="inflight_limit"`.)
 #[tokio::test]
 async fn a_cpu_shed_at_an_idle_core_is_admitted_and_counted_but_a_memory_shed_is_not() {
     let cg = tempfile::tempdir().unwrap();
@@ -237,7 +239,8 @@ async fn a_cpu_shed_at_an_idle_core_is_admitted_and_counted_but_a_memory_shed_is
     queue_delay: {enabled: false}
     slow_start: {enabled: false}
     burst_damping: {enabled: false}
-    bbr: {enabled: false}";
+    bbr: {enabled: false}
+    max_inflight_per_core: 0";
     let w = start_yaml(&yaml(cg.path(), rules)).await;
     let url = format!("{}/v1/traces", w.http());
     wait_state(&w.admin(), "traces", "shedding").await;

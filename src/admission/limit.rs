@@ -8,11 +8,12 @@
 //! [`TOLERANCE`] of it, the limit rises by one; above it, the limit is multiplied by
 //! calm × tolerance / average (at most halved per window). Work on a core is shared, so
 //! past the cores' count each request more only stretches every request's latency and
-//! the limit settles near `TOLERANCE` × cores.
+//! the limit settles between one and two requests per core.
 //!
 //! The calm service time is measured at the floor, the cores' count, where no request
-//! shares a core: the first window after start is such a probe, and so is one window in
-//! every [`PROBE_EVERY`] (requests admitted before a probe are left out of it). A limit
+//! shares a core: one window in every [`PROBE_EVERY`] is such a probe (requests admitted
+//! before a probe are left out of it); until the first, the first window's average
+//! stands in (a start is mostly calm, and a stormy one is corrected by the first probe). A limit
 //! that a stale (too low) calm time pushes down reaches the floor, where every window is
 //! a calm sample; a calm time too high (the bodies got smaller) is replaced by the first
 //! lower window average. For CPU-bound work a probe costs nothing: the cores stay busy.
@@ -27,11 +28,11 @@ const WINDOW_MAX: u64 = 1_000_000_000;
 const WINDOW_SAMPLES: u32 = 8;
 /// The limit starts at this many times its floor: before the first windows close, the
 /// CPU has not been busy long enough for the limit to be enforced anyway.
-const INITIAL_PER_FLOOR: f64 = 4.0;
+const INITIAL_PER_FLOOR: f64 = 2.0;
 /// The ceiling, per core: a bound on what the limit can grow to while latency holds.
 const CEILING_PER_CORE: f64 = 64.0;
 /// One window in this many is a probe at the floor, while the limit is above it.
-pub const PROBE_EVERY: u32 = 40;
+pub const PROBE_EVERY: u32 = 120;
 
 /// The limit's state (under the admission layers' lock).
 #[derive(Debug, Clone)]
@@ -65,7 +66,7 @@ impl AdaptiveLimit {
             win_sum: 0.0,
             win_n: 0,
             win_max_inflight: 0,
-            probing: true,
+            probing: false,
             probe_from: 0,
             windows_since_probe: 0,
         }
@@ -76,7 +77,13 @@ impl AdaptiveLimit {
         if self.probing {
             return self.floor as i64;
         }
-        self.limit.round().max(self.floor) as i64
+        // Rounded down: between two sizes, the smaller (less sharing of a core).
+        self.limit.floor().max(self.floor) as i64
+    }
+
+    /// The limit as it stands apart from a probe (what the calm line is sized by).
+    pub fn settled(&self) -> i64 {
+        self.limit.floor().max(self.floor) as i64
     }
 
     /// Whether this window is a probe at the floor.
@@ -136,7 +143,7 @@ impl AdaptiveLimit {
             self.probe_from = now;
             return true;
         }
-        if avg < self.calm || max_inflight as f64 <= self.floor {
+        if self.calm <= 0.0 || avg < self.calm || max_inflight as f64 <= self.floor {
             // At the floor no request shared a core: this window is the calm service time
             // of today's mix, even when the mix got heavier.
             self.calm = avg;
@@ -208,7 +215,7 @@ mod tests {
         for cores in [1.0, 2.0, 4.0, 8.0] {
             let mut l = AdaptiveLimit::new(cores);
             let mut now = 0;
-            assert_eq!(l.limit(), cores as i64, "the first window is a probe at the floor");
+            assert_eq!(l.limit(), 2 * cores as i64, "twice the floor until the first window");
             let settled = drive(&mut l, &mut now, cores, 2 * MS, 30);
             let per_core = settled as f64 / cores;
             assert!((1.0..=2.5).contains(&per_core), "{cores} cores: settled at {settled}");
@@ -232,7 +239,7 @@ mod tests {
             assert!(l.limit() >= last, "fell with flat latency");
             last = l.limit();
         }
-        assert!(last >= 4 + 30, "rose to {last} in 40 windows");
+        assert!(last >= 2 + 30, "rose to {last} in 40 windows");
     }
 
     #[test]
@@ -242,10 +249,10 @@ mod tests {
         for _ in 0..100 {
             l.admitted(1);
             now += 50 * MS;
-            // Slow, but only one in flight against a limit of 8: not the limit's doing.
+            // Slow, but only one in flight against a limit of 4: not the limit's doing.
             l.sample(now, 40 * MS);
         }
-        assert_eq!(l.limit(), 8);
+        assert_eq!(l.limit(), 4);
     }
 
     #[test]

@@ -110,6 +110,9 @@ pub struct Ticket {
 
 const SEC: u64 = 1_000_000_000;
 
+/// How long the adaptive limit stays in force after weir was last seen busy.
+pub const BUSY_HOLD: u64 = 5 * SEC;
+
 /// A hold is [`Admission::hold_for`] times a random factor in 1 ± this, so that clients
 /// refused together do not all come back together.
 pub const HOLD_JITTER: f64 = 0.25;
@@ -155,6 +158,8 @@ pub struct Admission {
     /// (ns), used where their keys are `auto`.
     derived_wait: std::sync::atomic::AtomicU64,
     derived_queue_delay: std::sync::atomic::AtomicU64,
+    /// Until when (ns) the adaptive limit stays in force after the last busy sight.
+    busy_until: std::sync::atomic::AtomicU64,
     inflight: AtomicI64,
     /// Requests waiting for an in-flight slot.
     waiting: AtomicI64,
@@ -203,6 +208,7 @@ impl Admission {
             adaptive: std::sync::atomic::AtomicBool::new(fixed.is_none()),
             derived_wait: std::sync::atomic::AtomicU64::new(limit::inflight_wait(None).as_nanos() as u64),
             derived_queue_delay: std::sync::atomic::AtomicU64::new(limit::queue_delay_target(None).as_nanos() as u64),
+            busy_until: std::sync::atomic::AtomicU64::new(0),
             cores,
             inflight: AtomicI64::new(0),
             waiting: AtomicI64::new(0),
@@ -262,12 +268,21 @@ impl Admission {
     /// How long a request may wait for an in-flight slot (`max_inflight_wait`, or
     /// derived from the calm service time).
     pub fn inflight_wait(&self) -> std::time::Duration {
-        self.cfg.load().max_inflight_wait.get().unwrap_or_else(|| std::time::Duration::from_nanos(self.derived_wait.load(Ordering::Relaxed)))
+        self.cfg
+            .load()
+            .max_inflight_wait
+            .get()
+            .unwrap_or_else(|| std::time::Duration::from_nanos(self.derived_wait.load(Ordering::Relaxed)))
     }
 
     /// The queue-delay target in force (`queue_delay.target`, or derived).
     pub fn queue_delay_target(&self) -> std::time::Duration {
-        self.cfg.load().queue_delay.target.get().unwrap_or_else(|| std::time::Duration::from_nanos(self.derived_queue_delay.load(Ordering::Relaxed)))
+        self.cfg
+            .load()
+            .queue_delay
+            .target
+            .get()
+            .unwrap_or_else(|| std::time::Duration::from_nanos(self.derived_queue_delay.load(Ordering::Relaxed)))
     }
 
     /// The smallest declared body that may wait for a slot (`inflight_wait_min_body_bytes`,
@@ -312,6 +327,27 @@ impl Admission {
             self.joined_total.fetch_add(1, Ordering::Relaxed);
         }
         joined
+    }
+
+    /// Joins the line while weir is not busy and the cap is the adaptive limit: any body
+    /// may wait, with no bound, and after the wait it is let in whatever the limit
+    /// ([`Admission::admit_waited`]). A calm machine thus refuses nothing for concurrency
+    /// (a bound here refused work that waits on I/O, where more requests are in flight
+    /// than the limit has learnt yet), while a crowd arriving at once (a storm's first
+    /// moments, before the CPU level shows it) is served a few at a time for one wait
+    /// instead of all sharing the cores at once. Pair a true with [`Admission::leave_line`].
+    pub fn join_line_calm(&self, now: u64, p: Pressure) -> bool {
+        if !self.adaptive.load(Ordering::Relaxed) || self.busy(p, now) {
+            return false;
+        }
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        self.joined_total.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Whether the in-flight cap is the adaptive limit.
+    pub fn adaptive(&self) -> bool {
+        self.adaptive.load(Ordering::Relaxed)
     }
 
     /// Requests that joined the line since start.
@@ -364,10 +400,28 @@ impl Admission {
 
     /// Decides for one request at `now`.
     pub fn admit(&self, now: u64, p: Pressure) -> Result<Ticket, Layer> {
+        self.admit_inner(now, p, false)
+    }
+
+    /// [`Admission::admit`] for a request whose wait in the line ran out: the adaptive
+    /// limit holds it back only while busy (see [`Admission::join_line_calm`]).
+    pub fn admit_waited(&self, now: u64, p: Pressure) -> Result<Ticket, Layer> {
+        self.admit_inner(now, p, true)
+    }
+
+    fn admit_inner(&self, now: u64, p: Pressure, waited: bool) -> Result<Ticket, Layer> {
         let inflight = self.inflight.load(Ordering::Relaxed);
         let cap = self.cap.load(Ordering::Relaxed);
-        let capped = cap > 0 && (!self.adaptive.load(Ordering::Relaxed) || self.busy(p));
+        // The adaptive limit: refuses while busy; while calm, a request over it waits its
+        // turn in the line (`join_line_calm`) and is let in when the wait ends.
+        let adaptive = self.adaptive.load(Ordering::Relaxed);
+        let capped = cap > 0 && (!adaptive || !waited || self.busy(p, now));
         if capped && inflight >= cap {
+            // Arrivals over the limit while it is in force keep it in force: when the
+            // limit itself is what holds the load back, the CPU may well look idle.
+            if adaptive && now < self.busy_until.load(Ordering::Relaxed) {
+                self.busy_until.store(now.saturating_add(BUSY_HOLD), Ordering::Relaxed);
+            }
             return Err(Layer::InflightCap);
         }
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -395,10 +449,19 @@ impl Admission {
     }
 
     /// Whether the adaptive limit is enforced: some water level is above its exit line,
-    /// or the CPU is right now. On a calm machine nothing is refused for concurrency.
-    fn busy(&self, p: Pressure) -> bool {
+    /// or the CPU is right now, or was in the last [`BUSY_HOLD`] (extended by every
+    /// arrival over the limit while it is in force). On a calm machine
+    /// nothing is refused for concurrency. The hold keeps the limit in force through the
+    /// dips it causes itself: a limit too low for the moment (work that waits on I/O)
+    /// leaves the CPU idle, and dropping it then let a flood in that the next sample
+    /// refused again, so the limit never saw the calm windows it needs to rise.
+    fn busy(&self, p: Pressure, now: u64) -> bool {
         let cpu = &self.cfg.load().thresholds.cpu;
-        p.above_exit || (cpu.enabled && p.cpu > cpu.exit)
+        if p.above_exit || (cpu.enabled && p.cpu > cpu.exit) {
+            self.busy_until.store(now.saturating_add(BUSY_HOLD), Ordering::Relaxed);
+            return true;
+        }
+        now < self.busy_until.load(Ordering::Relaxed)
     }
 
     fn layers(&self, st: &mut State, now: u64, p: Pressure, inflight: i64) -> Result<(), Layer> {
@@ -512,6 +575,9 @@ impl Admission {
                 st.recent_bytes.add(now, ticket.bytes as f64);
             }
             st.rt.add(now, rt_ms);
+            // The in-flight count as the request leaves counts for its window too: a window
+            // that drains a long queue is not a calm one, however few it admitted.
+            st.limit.admitted(self.inflight.load(Ordering::Relaxed) + 1);
             if st.limit.sample(now, now.saturating_sub(ticket.start)) {
                 if self.adaptive.load(Ordering::Relaxed) {
                     self.cap.store(st.limit.limit(), Ordering::Relaxed);

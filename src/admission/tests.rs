@@ -406,3 +406,74 @@ fn a_request_that_states_its_deadline_returns_at_deadline_return_ratio_and_other
     a.reconfigure(&c);
     assert_eq!(a.hold_for(2 * SEC, 300, None, ten), unstated);
 }
+
+/// The shipped defaults: the adaptive limit, its line and its derived values.
+fn adaptive() -> ThrottleConfig {
+    ThrottleConfig::default()
+}
+
+fn busy() -> Pressure {
+    Pressure { above_exit: true, above_enter: true, cpu: 1.0 }
+}
+
+#[test]
+fn the_adaptive_limit_refuses_only_while_busy() {
+    let a = Admission::new(&adaptive(), 1.0);
+    assert!(a.adaptive());
+    // Twice the floor until the first window closes: two requests on one core.
+    assert_eq!(a.derived().inflight_cap, 2);
+    let calm = Pressure { cpu: 0.3, ..Pressure::default() };
+    let t0 = a.admit(0, calm).expect("calm: admitted");
+    let t1 = a.admit(0, calm).expect("calm: admitted");
+    assert_eq!(a.admit(0, calm), Err(Layer::InflightCap), "over the limit: not admitted straight away, even calm");
+    // Calm, it waits in the line and is let in when the wait ends; busy, it is refused.
+    assert!(a.join_line_calm(0, calm), "calm: room to wait");
+    let t2 = a.admit_waited(0, calm).expect("calm: let in after the wait");
+    a.leave_line();
+    assert!(!a.join_line_calm(0, busy()), "busy: no calm line");
+    assert_eq!(a.admit_waited(0, busy()), Err(Layer::InflightCap), "busy: refused after the wait");
+    // The limit stays in force for BUSY_HOLD after weir was last busy, calm or not.
+    assert_eq!(a.admit_waited(SEC, calm), Err(Layer::InflightCap), "a second later: still in force");
+    assert!(!a.join_line_calm(SEC, calm));
+    assert!(a.join_line_calm(BUSY_HOLD + 1, calm), "after the hold: calm again");
+    a.leave_line();
+    for t in [t0, t1, t2] {
+        a.done(t, MS, 0.5);
+    }
+}
+
+#[test]
+fn a_calm_weir_lets_any_crowd_wait_and_refuses_none() {
+    let a = Admission::new(&adaptive(), 1.0);
+    let calm = Pressure { cpu: 0.2, ..Pressure::default() };
+    let tickets: Vec<_> = (0..2).map(|_| a.admit(0, calm).expect("within the limit")).collect();
+    // A thousand over the limit: every one may wait, and every one is let in after it.
+    assert!((0..1000).all(|_| a.join_line_calm(0, calm)));
+    let waited: Vec<_> = (0..1000).map(|_| a.admit_waited(20 * MS, calm).expect("calm: let in after the wait")).collect();
+    for _ in 0..1000 {
+        a.leave_line();
+    }
+    for t in tickets.into_iter().chain(waited) {
+        a.done(t, 30 * MS, 0.2);
+    }
+}
+
+#[test]
+fn derived_values_follow_the_calm_service_time_and_a_value_set_by_hand_wins() {
+    let mut c = adaptive();
+    let a = Admission::new(&c, 2.0);
+    assert_eq!(a.inflight_wait(), Duration::from_millis(20), "nothing measured yet");
+    assert_eq!(a.queue_delay_target(), Duration::from_millis(10));
+    assert_eq!(a.wait_min_body_bytes(), limit::wait_min_body_bytes());
+    c.max_inflight_wait = crate::config::auto::Auto::Set(Duration::from_millis(50));
+    c.queue_delay.target = crate::config::auto::Auto::Set(Duration::from_millis(3));
+    c.inflight_wait_min_body_bytes = crate::config::auto::Auto::Set(1);
+    c.max_inflight_per_core = crate::config::auto::Auto::Set(3.0);
+    a.reconfigure(&c);
+    let d = a.derived();
+    assert_eq!((d.adaptive, d.inflight_cap), (false, 6), "a fixed cap: 3 per core on 2 cores");
+    assert_eq!(
+        (a.inflight_wait(), a.queue_delay_target(), a.wait_min_body_bytes()),
+        (Duration::from_millis(50), Duration::from_millis(3), 1)
+    );
+}

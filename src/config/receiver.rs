@@ -243,6 +243,10 @@ pub struct AuthConfig {
     /// Where the replicas of a fleet share their tenants' quotas; none: quotas hold per
     /// replica.
     pub quota_store: Option<QuotaStoreConfig>,
+    /// What loading found worth a warning (an older shape read as its newer meaning);
+    /// printed once at start, never with a token in it.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 /// `receiver.auth.quota_store`: the tenants' `rate` and `items` quotas shared by every
@@ -253,14 +257,42 @@ pub struct QuotaStoreConfig {
     /// `redis` (the only kind).
     #[serde(rename = "type")]
     pub kind: String,
-    /// `redis://[user:password@]host:port[/db]`.
+    /// `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS.
     pub url: String,
+    /// For `rediss://`: the CA file (PEM; default the system's roots) and, for services
+    /// that ask for one, a client certificate and key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<QuotaStoreTls>,
     /// How often each replica reconciles its shares with the store.
     #[serde(default = "default_sync_interval", with = "humantime_serde")]
     pub sync_interval: std::time::Duration,
     /// Prefix of every key weir writes (several fleets can share one Redis).
     #[serde(default = "default_key_prefix")]
     pub key_prefix: String,
+}
+
+/// `receiver.auth.quota_store.tls`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuotaStoreTls {
+    /// The CA that signed the store's certificate (PEM).
+    pub ca_file: Option<std::path::PathBuf>,
+    /// A client certificate (PEM), with `key_file`.
+    pub cert_file: Option<std::path::PathBuf>,
+    /// Its key (PEM).
+    pub key_file: Option<std::path::PathBuf>,
+}
+
+impl QuotaStoreConfig {
+    /// The connection target, as checked at load.
+    pub fn target(&self) -> Result<crate::quota::client::Target, String> {
+        let tls = self.tls.as_ref().map(|t| crate::quota::client::TlsFiles {
+            ca_file: t.ca_file.clone(),
+            cert_file: t.cert_file.clone(),
+            key_file: t.key_file.clone(),
+        });
+        crate::quota::client::Target::parse(&self.url, tls)
+    }
 }
 
 fn default_sync_interval() -> std::time::Duration {
@@ -277,7 +309,17 @@ impl QuotaStoreConfig {
         if self.kind != "redis" {
             return Err(ConfigError::invalid(format!("{key}.type"), format!("`{}` is not a store weir knows; use `redis`", self.kind)));
         }
-        crate::quota::resp::Target::parse(&self.url).map_err(|e| ConfigError::invalid(format!("{key}.url"), e))?;
+        self.target().map_err(|e| ConfigError::invalid(format!("{key}.url"), e))?;
+        if let Some(t) = &self.tls {
+            if t.cert_file.is_some() != t.key_file.is_some() {
+                return Err(ConfigError::invalid(format!("{key}.tls"), "cert_file and key_file go together"));
+            }
+            for (name, f) in [("ca_file", &t.ca_file), ("cert_file", &t.cert_file), ("key_file", &t.key_file)] {
+                if let Some(f) = f.as_ref().filter(|f| !f.is_file()) {
+                    return Err(ConfigError::invalid(format!("{key}.tls.{name}"), format!("{} is not a readable file", f.display())));
+                }
+            }
+        }
         let ms = self.sync_interval.as_millis();
         if !(10..=10_000).contains(&ms) {
             return Err(ConfigError::invalid(format!("{key}.sync_interval"), format!("must be between 10ms and 10s, got {ms}ms")));
@@ -384,10 +426,13 @@ impl AuthConfig {
     /// names only. Errors name the key, never a token.
     pub(super) fn normalize(&mut self) -> Result<(), ConfigError> {
         let mut named = std::collections::BTreeMap::new();
+        // Tenants of the older shape, keyed by their token.
+        let mut old_shape = std::collections::HashSet::new();
         for (key, mut t) in std::mem::take(&mut self.tenants) {
             if t.tokens.is_empty() && t.tokens_file.is_none() {
                 let name = token_label(&key);
                 t.tokens = vec![key];
+                old_shape.insert(name.clone());
                 named.insert(name, t);
                 continue;
             }
@@ -419,11 +464,25 @@ impl AuthConfig {
                 }
             }
         }
+        // The older shape listed a tenant's token in `tokens` too: it is that tenant. A token
+        // of a named tenant listed there stays an error (which tenant would it be?).
+        let mut kept = Vec::with_capacity(self.tokens.len());
+        let mut warnings = Vec::new();
         for (i, tok) in self.tokens.iter().enumerate() {
-            if let Some(other) = owner.get(tok.as_str()) {
-                return Err(ConfigError::invalid(format!("receiver.auth.tokens[{i}]"), format!("is also a token of tenant `{other}`")));
+            match owner.get(tok.as_str()) {
+                Some(other) if old_shape.contains(*other) => warnings.push(format!(
+                    "receiver.auth.tokens[{i}] is also the key of tenant `{other}` (the older shape, keyed by its token): \
+                     it is read as that tenant. To migrate, give the tenant a name, list the token under its `tokens` \
+                     (or `tokens_file`), and remove it from receiver.auth.tokens"
+                )),
+                Some(other) => {
+                    return Err(ConfigError::invalid(format!("receiver.auth.tokens[{i}]"), format!("is also a token of tenant `{other}`")));
+                }
+                None => kept.push(tok.clone()),
             }
         }
+        self.tokens = kept;
+        self.warnings.extend(warnings);
         Ok(())
     }
 }

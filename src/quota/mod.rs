@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-pub mod resp;
+pub mod client;
 pub mod store;
 
 use store::Shared;

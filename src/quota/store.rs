@@ -30,7 +30,7 @@
 //! cap on how far a share may move per interval ([`MAX_STEP`]) keep a flapping Redis from
 //! making quotas jump.
 
-use super::resp::{Conn, Reply, Target};
+use super::client::Target;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -219,39 +219,26 @@ impl QuotaSync {
     }
 }
 
-/// One connection with its loaded scripts.
+/// One connection and the scripts (sent by SHA, and whole once when Redis does not know
+/// them, as after a restart that lost its script cache).
 struct Session {
-    conn: Conn,
-    sync_sha: String,
-    leave_sha: String,
+    conn: redis::aio::MultiplexedConnection,
 }
 
 impl Session {
     async fn open(target: &Target, timeout: Duration) -> Result<Session, String> {
-        let mut conn = Conn::open(target, timeout).await?;
-        let sync_sha = load_script(&mut conn, SYNC_SCRIPT).await?;
-        let leave_sha = load_script(&mut conn, LEAVE_SCRIPT).await?;
-        Ok(Session { conn, sync_sha, leave_sha })
+        Ok(Session { conn: target.connect(timeout).await? })
     }
 
-    async fn eval(&mut self, sha: &str, keys: &[String], args: &[String]) -> Result<Reply, String> {
-        let n = keys.len().to_string();
-        let mut parts: Vec<&[u8]> = vec![b"EVALSHA", sha.as_bytes(), n.as_bytes()];
-        parts.extend(keys.iter().map(|k| k.as_bytes()));
-        parts.extend(args.iter().map(|a| a.as_bytes()));
-        match self.conn.call(&parts).await? {
-            Reply::Error(e) => Err(format!("EVALSHA: {e}")),
-            r => Ok(r),
+    async fn eval(&mut self, script: &redis::Script, keys: &[String], args: &[String]) -> Result<redis::Value, String> {
+        let mut call = script.prepare_invoke();
+        for k in keys {
+            call.key(k);
         }
-    }
-}
-
-/// `SCRIPT LOAD`: the script's SHA for EVALSHA (loaded again on every new connection, so a
-/// restarted Redis that lost its scripts gets them back).
-async fn load_script(conn: &mut Conn, script: &str) -> Result<String, String> {
-    match conn.call(&[b"SCRIPT", b"LOAD", script.as_bytes()]).await? {
-        Reply::Error(e) => Err(format!("SCRIPT LOAD: {e}")),
-        r => r.text().ok_or_else(|| "SCRIPT LOAD: unexpected reply".to_string()),
+        for a in args {
+            call.arg(a);
+        }
+        call.invoke_async(&mut self.conn).await.map_err(|e| format!("script: {e}"))
     }
 }
 
@@ -274,6 +261,7 @@ where
     // as failed, so a slow Redis delays no decision and no later sync.
     let timeout = settings.sync_interval.min(Duration::from_secs(1));
     let mut session: Option<Session> = None;
+    let (sync_script, leave_script) = (redis::Script::new(SYNC_SCRIPT), redis::Script::new(LEAVE_SCRIPT));
     let mut rec = Reconciler::default();
     let mut last = Instant::now();
     let mut ticks = tokio::time::interval(settings.sync_interval);
@@ -301,8 +289,7 @@ where
                 session = Some(Session::open(&settings.target, timeout).await?);
             }
             let s = session.as_mut().ok_or("no session")?;
-            let sha = s.sync_sha.clone();
-            s.eval(&sha, &keys, &args).await
+            s.eval(&sync_script, &keys, &args).await
         })
         .await
         .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")));
@@ -349,25 +336,31 @@ where
     if let Some(mut s) = session {
         let mut keys = vec![heartbeats];
         keys.extend(limiters().iter().map(|l| format!("{}{}", settings.key_prefix, l.key)));
-        let sha = s.leave_sha.clone();
-        let _ = tokio::time::timeout(timeout, s.eval(&sha, &keys, std::slice::from_ref(&me))).await;
+        let _ = tokio::time::timeout(timeout, s.eval(&leave_script, &keys, std::slice::from_ref(&me))).await;
     }
 }
 
 /// The script's answer: live replicas, then one total per limiter.
-fn parse_totals(reply: &Reply, n: usize) -> Result<(u32, Vec<f64>), String> {
-    let Reply::Array(Some(items)) = reply else { return Err(format!("unexpected reply {reply:?}")) };
+fn parse_totals(reply: &redis::Value, n: usize) -> Result<(u32, Vec<f64>), String> {
+    use redis::Value;
+    let Value::Array(items) = reply else { return Err(format!("unexpected reply {reply:?}")) };
     if items.len() != n + 1 {
         return Err(format!("{} values for {n} limiters", items.len()));
     }
     let live = match &items[0] {
-        Reply::Int(n) => u32::try_from(*n).map_err(|e| e.to_string())?,
+        Value::Int(n) => u32::try_from(*n).map_err(|e| e.to_string())?,
         other => return Err(format!("unexpected replica count {other:?}")),
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok().map(str::to_string),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
     };
     let totals = items[1..]
         .iter()
         .map(|r| {
-            r.text().and_then(|t| t.parse::<f64>().ok()).filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(|| format!("bad total {r:?}"))
+            text(r).and_then(|t| t.parse::<f64>().ok()).filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(|| format!("bad total {r:?}"))
         })
         .collect::<Result<_, _>>()?;
     Ok((live, totals))
@@ -438,9 +431,10 @@ mod tests {
 
     #[test]
     fn totals_parse() {
-        let r = Reply::Array(Some(vec![Reply::Int(3), Reply::Bulk(Some(b"300.5".to_vec()))]));
+        use redis::Value;
+        let r = Value::Array(vec![Value::Int(3), Value::BulkString(b"300.5".to_vec())]);
         assert_eq!(parse_totals(&r, 1).unwrap(), (3, vec![300.5]));
         assert!(parse_totals(&r, 2).is_err());
-        assert!(parse_totals(&Reply::Error("x".into()), 1).is_err());
+        assert!(parse_totals(&Value::Nil, 1).is_err());
     }
 }

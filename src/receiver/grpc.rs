@@ -52,7 +52,7 @@ impl Export {
                 Ok(Response::new(body))
             }
             Err(e) => {
-                super::count_rejection(Protocol::Grpc, signal.as_str(), e.reason(), tenant.as_ref(), started.elapsed());
+                super::count_rejection(Protocol::Grpc, signal.as_str(), e.reason(), tenant.as_ref(), started.elapsed(), &e);
                 Err(e.into_grpc_status())
             }
         }

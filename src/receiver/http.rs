@@ -104,8 +104,10 @@ async fn export(State(st): State<HttpState>, signal: Signal, req: Request<Body>)
             resp
         }
         Err(err) => {
-            super::count_rejection(Protocol::Http, signal.as_str(), err.reason(), tenant.as_ref(), started.elapsed());
-            err.into_http(error_format)
+            super::count_rejection(Protocol::Http, signal.as_str(), err.reason(), tenant.as_ref(), started.elapsed(), &err);
+            let mut resp = err.into_http(error_format);
+            resp.extensions_mut().insert(super::RefusalLogged);
+            resp
         }
     }
 }

@@ -220,15 +220,34 @@ pub fn count_request(
     }
 }
 
+/// Marks a response whose refusal [`count_rejection`] has logged, so that the `logging`
+/// middleware does not log it again.
+#[derive(Debug, Clone, Copy)]
+pub struct RefusalLogged;
+
+/// Refusal lines written at info per second; past that they are counted and the next line
+/// says how many were left out.
+pub const REFUSAL_LINES_PER_SECOND: u32 = 10;
+
+static REFUSALS: crate::telemetry::lograte::LineBudget =
+    crate::telemetry::lograte::LineBudget::new("refused_request", REFUSAL_LINES_PER_SECOND);
+
 /// Counts one refused request: under `weir_receiver_requests_rejected_total` by reason,
-/// and as a finished request with outcome `rejected`.
+/// and as a finished request with outcome `rejected`; and logs it at info with its reason
+/// and message, at most [`REFUSAL_LINES_PER_SECOND`] a second, whatever the middleware
+/// order (someone debugging a refusal must find it in the log).
 pub fn count_rejection(
     protocol: Protocol,
     signal: &'static str,
     reason: &'static str,
     tenant: Option<&Tenant>,
     elapsed: std::time::Duration,
+    message: &dyn std::fmt::Display,
 ) {
+    if let Some(suppressed) = REFUSALS.admit() {
+        let tenant = tenant.map_or("none", |t| &t.0);
+        tracing::info!(protocol = protocol.as_str(), signal, reason, tenant, suppressed, "request refused: {message}");
+    }
     match (RequestMetrics::get(), index_of(&SIGNAL_LABELS, signal), index_of(&response::REASONS, reason)) {
         (Some(m), Some(s), Some(r)) => m.rejected[protocol as usize][s][r].increment(1),
         _ => metrics::counter!(names::REQUESTS_REJECTED, "protocol" => protocol.as_str(), "signal" => signal, "reason" => reason)

@@ -139,7 +139,7 @@ pub async fn write(ingest: Ingest, max_body: usize, req: Request<Body>) -> Respo
             r
         }
         Err(e) => {
-            super::count_rejection(Protocol::Http, Signal::Metrics.as_str(), e.reason(), tenant.as_ref(), started.elapsed());
+            super::count_rejection(Protocol::Http, Signal::Metrics.as_str(), e.reason(), tenant.as_ref(), started.elapsed(), &e);
             e.into_http(format)
         }
     }

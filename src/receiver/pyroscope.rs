@@ -183,7 +183,7 @@ fn finish(
             ok
         }
         Err(e) => {
-            super::count_rejection(Protocol::Http, Signal::Profiles.as_str(), e.reason(), tenant, started.elapsed());
+            super::count_rejection(Protocol::Http, Signal::Profiles.as_str(), e.reason(), tenant, started.elapsed(), &e);
             err(e)
         }
     }

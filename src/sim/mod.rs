@@ -26,7 +26,9 @@ const IDLE_CHECK_TICKS: u64 = 10;
 /// The service model.
 #[derive(Debug, Clone)]
 pub struct Plant {
-    /// Units of work per second at 100% CPU.
+    /// Cores, each serving one request at a time.
+    pub cores: f64,
+    /// Units of work per second at 100% of one core.
     pub capacity_rps: f64,
     /// Memory limit in bytes.
     pub mem_limit: f64,
@@ -52,6 +54,7 @@ pub struct Plant {
 impl Default for Plant {
     fn default() -> Self {
         Plant {
+            cores: 1.0,
             capacity_rps: 1000.0,
             mem_limit: 300.0 * 1048576.0,
             mem_base: 60.0 * 1048576.0,
@@ -108,11 +111,13 @@ pub struct Layers {
     pub hold: bool,
     /// The PID rate controller.
     pub pid: bool,
+    /// The adaptive in-flight limit (`max_inflight_per_core: auto`); off: no cap.
+    pub inflight_limit: bool,
 }
 
 impl Layers {
     /// Everything on.
-    pub const ALL: Layers = Layers { slow_start: true, damping: true, bbr: true, knee: true, hold: true, pid: false };
+    pub const ALL: Layers = Layers { slow_start: true, damping: true, bbr: true, knee: true, hold: true, pid: false, inflight_limit: true };
     /// Everything, the PID controller too.
     pub const WITH_PID: Layers = Layers { pid: true, ..Layers::ALL };
 }
@@ -190,6 +195,8 @@ struct Job {
     arrived: u64,
     work_left: f64,
     steady_overload: bool,
+    /// Let in through the calm line: holds its place there until its service is done.
+    in_line: bool,
 }
 
 fn p99(v: &mut [f64]) -> Option<f64> {
@@ -214,6 +221,9 @@ pub fn sim_config(layers: Layers) -> ThrottleConfig {
     c.knee.enabled = layers.knee;
     c.hold.enabled = layers.hold;
     c.pid.enabled = layers.pid;
+    if !layers.inflight_limit {
+        c.max_inflight_per_core = crate::config::auto::Auto::Set(0.0);
+    }
     // For tuning: SIM_HOLD="max_seconds,return_ratio" holds refusals otherwise.
     if let Ok(v) = std::env::var("SIM_HOLD") {
         let v: Vec<f64> = v.split(',').filter_map(|x| x.parse().ok()).collect();
@@ -236,7 +246,7 @@ pub fn sim_config(layers: Layers) -> ThrottleConfig {
 pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
     let config = sim_config(layers);
     let origin = Instant::now();
-    let admission = Admission::new(&config, 1.0);
+    let admission = Admission::new(&config, s.plant.cores);
     let mut stepper = Stepper::with_knee(&config, admission.knee.clone(), origin);
     let rule = config.rules.resolve(Signal::Traces);
     let interval_ticks = (config.sample_interval.as_nanos() as u64 / TICK_NS).max(1);
@@ -244,6 +254,9 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
     let mut snap = Snapshot::idle();
     let p = &s.plant;
     let per_tick = p.capacity_rps / 1000.0;
+    let cores = p.cores.max(1.0);
+    // Jobs served side by side in one tick, one per core.
+    let slots = cores.ceil() as usize;
 
     let mut queue: VecDeque<Job> = VecDeque::new();
     let mut downstream: VecDeque<(u64, Job)> = VecDeque::new();
@@ -309,7 +322,7 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
             // Arrivals: Poisson, or the closed loop's clients whose turn it is.
             arriving.clear();
             match s.retry_at_once_clients {
-                None => arriving.extend(std::iter::repeat_n(None, rng.poisson(phase.load * per_tick) as usize)),
+                None => arriving.extend(std::iter::repeat_n(None, rng.poisson(phase.load * per_tick * cores) as usize)),
                 Some(_) => {
                     while clients.peek().is_some_and(|std::cmp::Reverse((t, _))| *t <= now) {
                         let Some(std::cmp::Reverse((_, c))) = clients.pop() else { break };
@@ -350,17 +363,41 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                 // A shed that would leave the core idle is admitted, as in the tower layer.
                 let decision = decide_with_priority(&config, &rule, &snap, Signal::Traces, classes[class], rng.uniform());
                 let decision = spare_shed(decision, &admission, &config.thresholds, &snap, Some(classes[class]));
+                let mut in_line = false;
                 let admitted = match decision {
                     // Critical skips the adaptive layers, as in the tower layer.
                     Decision::Admit(_) if class == 0 => Some(Ticket { start: now, bytes: 0 }),
-                    Decision::Admit(_) => admission.admit(now, snap.pressure).ok(),
+                    // Over the adaptive limit while calm, weir lets it wait in the line for a
+                    // slot and then in (`join_line_calm`); the sim lets it in at once and
+                    // keeps its place in the line until its service is done.
+                    Decision::Admit(_) => match admission.admit(now, snap.pressure) {
+                        Ok(t) => Some(t),
+                        Err(crate::admission::Layer::InflightCap) if admission.join_line_calm(now, snap.pressure) => {
+                            let t = admission.admit_waited(now, snap.pressure).ok();
+                            if t.is_none() {
+                                admission.leave_line();
+                            }
+                            in_line = t.is_some();
+                            t
+                        }
+                        Err(_) => None,
+                    },
                     Decision::Reject { .. } => None,
                 };
                 match admitted {
                     Some(ticket) => {
                         leaked += p.leak_per_request;
                         let steady_overload = overloaded && now - phase_start >= 10_000 * TICK_NS;
-                        queue.push_back(Job { client, class, overload: overloaded, ticket, arrived: now, work_left: 1.0, steady_overload });
+                        queue.push_back(Job {
+                            client,
+                            class,
+                            overload: overloaded,
+                            ticket,
+                            arrived: now,
+                            work_left: 1.0,
+                            steady_overload,
+                            in_line,
+                        });
                     }
                     None => {
                         out.refused += 1;
@@ -375,29 +412,37 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                     }
                 }
             }
-            // Service: `per_tick` units of work this tick, FIFO, after the refusals owed.
-            let mut budget = 1.0;
-            // Refusing and serving share the core: refusals get half a tick while any
-            // is owed, all of it when nothing waits to be served.
-            let share = if queue.is_empty() { 1.0 } else { 0.5 };
+            // Service: `per_tick` units of work per core this tick, FIFO, the first
+            // `slots` jobs side by side (a core each), after the refusals owed.
+            let mut budget = cores;
+            // Refusing and serving share the cores: refusals get half of them while any
+            // is owed, all of them when nothing waits to be served.
+            let share = if queue.is_empty() { cores } else { 0.5 * cores };
             let paid = refusal_debt.min(share);
             refusal_debt -= paid;
             budget -= paid;
             refusing_ticks += paid;
-            while budget > 0.0 {
-                let Some(job) = queue.front_mut() else { break };
+            let (mut i, mut partial) = (0, 0);
+            while budget > 1e-12 && partial < slots {
+                let Some(job) = queue.get_mut(i) else { break };
+                let slice = budget.min(1.0);
                 let need = job.work_left / per_tick;
-                if need <= budget {
+                if need <= slice {
                     budget -= need;
-                    let Some(job) = queue.pop_front() else { break };
+                    let Some(job) = queue.remove(i) else { break };
+                    if job.in_line {
+                        admission.leave_line();
+                    }
                     downstream.push_back((now + (phase.downstream_ms * 1e6) as u64, job));
                 } else {
-                    job.work_left -= budget * per_tick;
-                    budget = 0.0;
+                    job.work_left -= slice * per_tick;
+                    budget -= slice;
+                    partial += 1;
+                    i += 1;
                 }
             }
-            cpu_ns += (1.0 - budget) * TICK_NS as f64;
-            busy_ticks += 1.0 - budget;
+            cpu_ns += (cores - budget) * TICK_NS as f64;
+            busy_ticks += cores - budget;
             // Held clients whose hold is over are answered (and come back at once).
             while held.front().is_some_and(|(t, _)| *t <= now) {
                 let Some((_, c)) = held.pop_front() else { break };
@@ -455,7 +500,7 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
                     origin + Duration::from_nanos(now),
                     Readings {
                         cpu_usage_nanos: Some(cpu_ns as u64),
-                        cores: 1.0,
+                        cores,
                         quota_set: true,
                         mem_working_set: Some(mem as u64),
                         mem_limit: Some(p.mem_limit as u64),
@@ -484,7 +529,7 @@ pub fn run(s: &Scenario, layers: Layers, seed: u64) -> Outcome {
     if let Some(end) = last_overload_end {
         out.secs_to_normal = normal_since.map(|t| t.saturating_sub(end) as f64 / 1e9);
     }
-    out.goodput_under_overload = (overload_ticks > 0).then(|| overload_done as f64 / (overload_ticks as f64 * per_tick));
+    out.goodput_under_overload = (overload_ticks > 0).then(|| overload_done as f64 / (overload_ticks as f64 * per_tick * cores));
     out.goodput_under_capacity = if under_offered > 0 { under_done as f64 / under_offered as f64 } else { 1.0 };
     out.p99_ms = p99(&mut latencies).unwrap_or(0.0);
     out.p99_steady_overload_ms = p99(&mut steady);
@@ -614,6 +659,34 @@ pub fn scenarios() -> Vec<Scenario> {
             retry_at_once_clients: Some(500),
         },
     ]
+}
+
+/// The derived limits beyond one core: 1, 2, 4 and 8 cores, at 2x and 10x (arrivals
+/// that do not come back when refused, as clients that honour Retry-After) and under a
+/// retry-at-once storm (64 clients per core); memory and the plant's own queue (weir's
+/// pipeline budget) grow with the cores. `calm clients` is the comparison: two clients per core
+/// that never overload it (A in the benchmark).
+pub fn core_scenarios() -> Vec<(f64, Scenario)> {
+    let mut out = Vec::new();
+    for cores in [1.0, 2.0, 4.0, 8.0] {
+        // A container that grows with its cores; refusals cost the server CPU only where
+        // their clients come straight back (the storm), as in the 1-core scenarios.
+        // The plant's own queue (weir's pipeline budget) grows with the container too.
+        let plant = Plant { cores, queue_limit: 256 * cores as usize, mem_limit: 300.0 * 1048576.0 * cores, ..Plant::default() };
+        let storm = Plant { refusals_take_cpu: true, reject_cost: 0.05, ..plant.clone() };
+        let mk = |name: &'static str, phases: Vec<Phase>, clients: Option<usize>| Scenario {
+            name,
+            phases,
+            plant: if clients.is_some_and(|c| c > 2 * cores as usize) { storm.clone() } else { plant.clone() },
+            mix: NORMAL_ONLY,
+            retry_at_once_clients: clients,
+        };
+        out.push((cores, mk("calm clients", vec![phase(30.0, 0.5)], Some(2 * cores as usize))));
+        out.push((cores, mk("2x", vec![phase(10.0, 0.5), phase(40.0, 2.0)], None)));
+        out.push((cores, mk("10x", vec![phase(10.0, 0.5), phase(40.0, 10.0)], None)));
+        out.push((cores, mk("retry storm", vec![phase(40.0, 2.0)], Some(64 * cores as usize))));
+    }
+    out
 }
 
 /// Renders outcomes as a Markdown table.

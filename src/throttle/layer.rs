@@ -20,8 +20,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
-const REASONS: [Reason; 7] =
-    [Reason::Normal, Reason::SheddingPass, Reason::IdleCore, Reason::Disabled, Reason::Unclassified, Reason::Shed, Reason::Open];
+const REASONS: [Reason; 8] = [
+    Reason::Normal,
+    Reason::SheddingPass,
+    Reason::IdleCore,
+    Reason::InflightLimit,
+    Reason::Disabled,
+    Reason::Unclassified,
+    Reason::Shed,
+    Reason::Open,
+];
 const LAYERS: [AdmissionLayer; 6] = [
     AdmissionLayer::InflightCap,
     AdmissionLayer::SlowStart,
@@ -307,7 +315,7 @@ where
         }
         match decision {
             // Critical traffic skips the adaptive layers: it is refused only when Open.
-            Decision::Admit(reason @ (Reason::Normal | Reason::SheddingPass | Reason::IdleCore))
+            Decision::Admit(reason @ (Reason::Normal | Reason::SheddingPass | Reason::IdleCore | Reason::InflightLimit))
                 if self.layer.admission.enabled && priority != Some(crate::config::Priority::Critical) =>
             {
                 // The admission layers, after the throttle and before the body is read.
@@ -321,7 +329,7 @@ where
                         let guard = self.layer.admitted(declared, signal, reason, ticket);
                         ResponseFuture::Inner { fut: self.inner.call(req), guard: Some(guard) }
                     }
-                    Err(AdmissionLayer::InflightCap) if adm.inner.join_line(declared) => {
+                    Err(AdmissionLayer::InflightCap) if adm.inner.join_line(declared) || adm.inner.join_line_calm(adm.now(), pressure) => {
                         // Left when the wait ends, or when the future is dropped unpolled.
                         let in_line = InLine(Arc::clone(adm));
                         ResponseFuture::Queued {
@@ -448,12 +456,16 @@ where
     let adm = Arc::clone(&layer.admission);
     let deadline = tokio::time::Instant::now() + adm.inner.inflight_wait();
     let mut in_line = Some(in_line);
+    let mut waited = false;
     loop {
         // Registered before the check, so a slot freed in between is not missed.
         let freed = adm.freed.notified();
         tokio::pin!(freed);
         freed.as_mut().enable();
-        match adm.inner.admit(adm.now(), layer.manager.pressure()) {
+        let now = adm.now();
+        let verdict =
+            if waited { adm.inner.admit_waited(now, layer.manager.pressure()) } else { adm.inner.admit(now, layer.manager.pressure()) };
+        match verdict {
             Ok(ticket) => {
                 in_line.take();
                 let guard = layer.admitted(declared, signal, reason, ticket);
@@ -463,6 +475,11 @@ where
                 return resp;
             }
             Err(AdmissionLayer::InflightCap) if tokio::time::timeout_at(deadline, freed).await.is_ok() => continue,
+            Err(AdmissionLayer::InflightCap) if !waited => {
+                // The wait ran out: one last try, in which a calm weir lets it in.
+                waited = true;
+                continue;
+            }
             Err(refused_by) => {
                 in_line.take();
                 return Ok(match layer.refused_by(req, declared, signal, refused_by) {

@@ -78,6 +78,9 @@ pub enum Reason {
     /// Would have been shed, but a core was idle and only the CPU level is high (see
     /// [`spare_idle_core`]).
     IdleCore,
+    /// Would have been shed or refused for the CPU alone, and left to the adaptive
+    /// in-flight limit instead (see [`spare_shed`]).
+    InflightLimit,
 }
 
 impl Reason {
@@ -91,6 +94,7 @@ impl Reason {
             Reason::Shed => "shed",
             Reason::Open => "open",
             Reason::IdleCore => "idle_core",
+            Reason::InflightLimit => "inflight_limit",
         }
     }
 }
@@ -189,7 +193,16 @@ pub fn spare_shed(
     if !matches!(decision, Decision::Reject { reason: Reason::Shed | Reason::Open, .. }) {
         return decision;
     }
-    let free = core_free(admission, || priority.is_none_or(|p| leads_mix(&snap.class_share, p)));
+    let leads = || priority.is_none_or(|p| leads_mix(&snap.class_share, p));
+    // With the adaptive in-flight limit, a CPU past its lines says only that the cores are
+    // busy, which is what they are for: how much work they take is the limit's call, made
+    // from latency. Refusing on top of it refused the work the limit would have taken
+    // (with 512 clients retrying at once, CPU-only Open turned a fifth of h2c's burst into
+    // 503s). A more important class arriving still takes precedence: the shed stands.
+    if admission.adaptive() && only_cpu_pressed(thresholds, &snap.level) && leads() {
+        return Decision::Admit(Reason::InflightLimit);
+    }
+    let free = core_free(admission, leads);
     spare_idle_core(decision, free, free && only_cpu_pressed(thresholds, &snap.level))
 }
 
@@ -528,6 +541,36 @@ mod tests {
         assert!(!only_cpu_pressed(&t, &level), "disk above its line");
         level.disk_valid = false;
         assert!(only_cpu_pressed(&t, &level), "no disk queue: its level takes no part");
+    }
+
+    #[test]
+    fn with_the_adaptive_limit_cpu_alone_leaves_the_call_to_the_limit() {
+        use crate::admission::{Admission, Pressure};
+        let config = ThrottleConfig::default();
+        let admission = Admission::new(&config, 1.0);
+        assert!(admission.adaptive());
+        let shed = Decision::Reject { reason: Reason::Shed, retry_after: Duration::from_secs(1) };
+        let open = Decision::Reject { reason: Reason::Open, retry_after: Duration::from_secs(4) };
+        let cpu = WaterLevel { cpu: 1.0, cpu_slow: 1.0, cpu_fast: 1.0, cpu_valid: true, ..WaterLevel::default() };
+        let one_class = Snapshot { level: cpu, class_share: [0.0, 1.0, 0.0], ..Snapshot::idle() };
+        // Busy core, someone in the line: still the limit's call, not the CPU level's.
+        let _serving = admission.admit(0, Pressure::default()).expect("a slot");
+        assert!(admission.join_line(None));
+        for d in [shed, open] {
+            assert_eq!(
+                spare_shed(d, &admission, &config.thresholds, &one_class, Some(Priority::Normal)),
+                Decision::Admit(Reason::InflightLimit)
+            );
+        }
+        // A more important class arriving: the sheddable shed stands.
+        let mixed = Snapshot { class_share: [0.0, 0.5, 0.5], ..one_class.clone() };
+        assert_eq!(spare_shed(shed, &admission, &config.thresholds, &mixed, Some(Priority::Sheddable)), shed);
+        // Memory above its enter line: Open stands.
+        let mut mem = one_class.clone();
+        mem.level.mem_valid = true;
+        mem.level.mem = config.thresholds.mem.enter + 0.01;
+        assert_eq!(spare_shed(open, &admission, &config.thresholds, &mem, Some(Priority::Normal)), open);
+        admission.leave_line();
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub(super) async fn logging(State(kind): State<ServerKind>, req: Request<Body>, 
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     if tracing::enabled!(tracing::Level::DEBUG) {
         tracing::debug!(server = ?kind, %method, %path, status, grpc_status, elapsed_ms, "request");
-    } else if failed {
+    } else if failed && resp.extensions().get::<crate::receiver::RefusalLogged>().is_none() {
         if let Some(suppressed) = FAILED.admit() {
             tracing::info!(server = ?kind, %method, %path, status, grpc_status, elapsed_ms, suppressed, "request failed");
         }

@@ -353,14 +353,16 @@ pub(crate) fn reject_counted(kind: ServerKind, req: &Request<Body>, err: ApiErro
 pub fn reject(kind: ServerKind, req: &Request<Body>, err: ApiError, started: std::time::Instant) -> Response<Body> {
     let signal = Signal::classify(req.uri().path()).map_or("unknown", Signal::as_str);
     let tenant = req.extensions().get::<Tenant>();
-    crate::receiver::count_rejection(kind.protocol(), signal, err.reason(), tenant, started.elapsed());
-    match kind {
+    crate::receiver::count_rejection(kind.protocol(), signal, err.reason(), tenant, started.elapsed(), &err);
+    let mut resp = match kind {
         ServerKind::Http => {
             let ct = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
             err.into_http(Format::for_errors(ct))
         }
         ServerKind::Grpc => err.into_grpc_http(),
-    }
+    };
+    resp.extensions_mut().insert(crate::receiver::RefusalLogged);
+    resp
 }
 
 #[cfg(test)]
