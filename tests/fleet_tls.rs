@@ -185,30 +185,27 @@ async fn the_quota_store_speaks_tls_to_an_acl_user_and_fails_plainly() {
     good.stop().await;
     assert!(!good.log_text().contains("pw-right"), "the password never reaches the log");
 
-    // A wrong password: fallback, the error counted, one clear line, still serving.
-    let url = format!("rediss://weir:pw-wrong@127.0.0.1:{port}/0");
-    let mut wrong = Proc::new(d, "wrong", &yaml(&url, &f("ca.crt"), None));
-    wrong.start().await;
-    wait_metric(&wrong, "weir_quota_store_sync_errors_total", |v| v >= 3.0).await;
-    assert_eq!(metric(&wrong, "weir_quota_store_up").await, Some(0.0));
-    still_serves(&wrong).await;
-    wrong.stop().await;
-    let log = wrong.log_text();
-    let lines: Vec<&str> = log.lines().filter(|l| l.contains("quota store unreachable")).collect();
-    assert_eq!(lines.len(), 1, "one line, not one per sync:\n{log}");
-    assert!(lines[0].contains("WRONGPASS") || lines[0].to_lowercase().contains("auth"), "the line says why: {}", lines[0]);
-    assert!(!log.contains("pw-wrong"), "the password never reaches the log");
+    // A wrong password, and a server certificate from a CA weir does not trust: each is
+    // the fallback, the error counted, one clear line saying why, and weir still serving.
+    let wrong = format!("rediss://weir:pw-wrong@127.0.0.1:{port}/0");
+    fails_plainly(d, "wrong", &yaml(&wrong, &f("ca.crt"), None), &["wrongpass", "auth"]).await;
+    let right = format!("rediss://weir:pw-right@127.0.0.1:{port}/0");
+    fails_plainly(d, "untrusted", &yaml(&right, &f("other-ca.crt"), None), &["certificate"]).await;
+}
 
-    // A server certificate from a CA weir does not trust: the same, and the line says so.
-    let url = format!("rediss://weir:pw-right@127.0.0.1:{port}/0");
-    let mut untrusted = Proc::new(d, "untrusted", &yaml(&url, &f("other-ca.crt"), None));
-    untrusted.start().await;
-    wait_metric(&untrusted, "weir_quota_store_sync_errors_total", |v| v >= 3.0).await;
-    assert_eq!(metric(&untrusted, "weir_quota_store_up").await, Some(0.0));
-    still_serves(&untrusted).await;
-    untrusted.stop().await;
-    let log = untrusted.log_text();
+/// Starts a weir whose store cannot be used and checks what it does about it: `why` are
+/// words one of which the log line must hold (lower case).
+async fn fails_plainly(dir: &Path, name: &str, yaml: &str, why: &[&str]) {
+    let mut w = Proc::new(dir, name, yaml);
+    w.start().await;
+    wait_metric(&w, "weir_quota_store_sync_errors_total", |v| v >= 3.0).await;
+    assert_eq!(metric(&w, "weir_quota_store_up").await, Some(0.0));
+    still_serves(&w).await;
+    w.stop().await;
+    let log = w.log_text();
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("quota store unreachable")).collect();
-    assert_eq!(lines.len(), 1, "{log}");
-    assert!(lines[0].to_lowercase().contains("certificate"), "the line says why: {}", lines[0]);
+    assert_eq!(lines.len(), 1, "{name}: one line, not one per sync:\n{log}");
+    let line = lines[0].to_lowercase();
+    assert!(why.iter().any(|w| line.contains(w)), "{name}: the line says why: {}", lines[0]);
+    assert!(!log.contains("pw-wrong") && !log.contains("pw-right"), "{name}: the password never reaches the log");
 }

@@ -8,12 +8,11 @@
 //! [`TOLERANCE`] of it, the limit rises by one; above it, the limit is multiplied by
 //! calm × tolerance / average (at most halved per window). Work on a core is shared, so
 //! past the cores' count each request more only stretches every request's latency and
-//! the limit settles between one and two requests per core.
+//! the limit settles between one and three requests per core.
 //!
 //! The calm service time is measured at the floor, the cores' count, where no request
-//! shares a core: one window in every [`PROBE_EVERY`] is such a probe (requests admitted
-//! before a probe are left out of it); until the first, the first window's average
-//! stands in (a start is mostly calm, and a stormy one is corrected by the first probe). A limit
+//! shares a core: the first window after start is such a probe, and so is one window in
+//! every [`PROBE_EVERY`] (requests admitted before a probe are left out of it). A limit
 //! that a stale (too low) calm time pushes down reaches the floor, where every window is
 //! a calm sample; a calm time too high (the bodies got smaller) is replaced by the first
 //! lower window average. For CPU-bound work a probe costs nothing: the cores stay busy.
@@ -66,7 +65,7 @@ impl AdaptiveLimit {
             win_sum: 0.0,
             win_n: 0,
             win_max_inflight: 0,
-            probing: false,
+            probing: true,
             probe_from: 0,
             windows_since_probe: 0,
         }
@@ -215,10 +214,10 @@ mod tests {
         for cores in [1.0, 2.0, 4.0, 8.0] {
             let mut l = AdaptiveLimit::new(cores);
             let mut now = 0;
-            assert_eq!(l.limit(), 2 * cores as i64, "twice the floor until the first window");
+            assert_eq!(l.limit(), cores as i64, "the first window is a probe at the floor");
             let settled = drive(&mut l, &mut now, cores, 2 * MS, 30);
             let per_core = settled as f64 / cores;
-            assert!((1.0..=2.5).contains(&per_core), "{cores} cores: settled at {settled}");
+            assert!((1.0..=3.0).contains(&per_core), "{cores} cores: settled at {settled}");
             assert!(l.calm_nanos().is_some_and(|c| (c as f64 - 2e6).abs() < 0.3e6), "calm {:?}", l.calm_nanos());
         }
     }
