@@ -13,6 +13,7 @@ command -v redis-server > /dev/null || { apt-get update -qq && DEBIAN_FRONTEND=n
 cargo test --workspace --all-targets
 bash scripts/python-sdk-test.sh
 bash scripts/image-test.sh
+bash scripts/doc-examples-test.sh
 bash scripts/bench-smoke.sh
 SMOKE=1 RUNS=1 SPANS_PER_RUN=300000 CELLS="grpc/512x10.gz grpc/512x10.zst h1/100x10 h2c/512x10 h2c/512x10.zst" \
   OUT=target/throughput/smoke.md bash scripts/bench-throughput.sh

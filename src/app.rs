@@ -28,6 +28,20 @@ fn body_budget(config: &Config) -> u64 {
     }
 }
 
+/// `pipeline.queue.max_bytes`, with 0 resolved: a tenth of the memory limit (the cgroup's,
+/// else 640 MiB's worth), at most 64 MiB. Accepted data takes about three times its
+/// encoded size in memory once decoded, and the bodies in flight may take a quarter of
+/// the limit: a fixed 64 MiB queue OOM-killed a 150 MiB weir under a flood.
+fn queue_bytes(config: &Config) -> usize {
+    match config.pipeline.queue.max_bytes {
+        0 => crate::throttle::cgroup::CgroupReader::discover(&config.receiver.throttle.cgroup_root, 0.0)
+            .memory()
+            .and_then(|m| m.limit)
+            .map_or(64 << 20, |limit| (limit / 10).min(64 << 20).max(1 << 20) as usize),
+        n => n,
+    }
+}
+
 /// Why weir could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -119,8 +133,11 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let original = config.clone();
     let prometheus = telemetry::install_recorder();
     let exporters = exporter::build(&config.exporters)?;
-    let (pipeline, tasks) = Pipeline::start(&config.pipeline, exporters)?;
-    metrics::gauge!(telemetry::names::QUEUE_MAX_BYTES).set(config.pipeline.queue.max_bytes as f64);
+    let mut pipeline_config = config.pipeline.clone();
+    pipeline_config.queue.max_bytes = queue_bytes(&config);
+    tracing::info!(bytes = pipeline_config.queue.max_bytes, "pipeline queue: byte budget");
+    let (pipeline, tasks) = Pipeline::start(&pipeline_config, exporters)?;
+    metrics::gauge!(telemetry::names::QUEUE_MAX_BYTES).set(pipeline_config.queue.max_bytes as f64);
     if let Some(d) = &config.pipeline.queue.disk {
         metrics::gauge!(telemetry::names::DISK_MAX_BYTES).set(d.max_bytes as f64);
     }

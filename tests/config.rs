@@ -17,7 +17,7 @@ fn defaults_fill_in() {
     assert_eq!(c.receiver.http_server.max_request_body_bytes, 64 << 20);
     assert_eq!(c.receiver.grpc_server.max_recv_msg_size_bytes, 64 << 20);
     assert_eq!((c.receiver.http_server.http2_stream_window_bytes, c.receiver.grpc_server.http2_stream_window_bytes), (1 << 20, 1 << 20));
-    assert_eq!(c.pipeline.queue.max_bytes, 64 << 20);
+    assert_eq!(c.pipeline.queue.max_bytes, 0, "from the memory limit");
     let t = &c.receiver.throttle;
     assert!(t.enabled);
     assert_eq!(t.sample_interval, std::time::Duration::from_millis(250));
@@ -126,7 +126,6 @@ fn every_rule_names_its_key() {
             "receiver.auth.quota_store.sync_interval",
         ),
         ("exporters: [{type: blackhole}]\nreceiver: {auth: {quota_store: {type: redis}}}", "url"),
-        ("exporters: [{type: blackhole}]\npipeline: {queue: {max_bytes: 0}}", "pipeline.queue.max_bytes"),
         ("exporters: [{type: blackhole}]\npipeline: {batch: {max_items: 0}}", "pipeline.batch.max_items"),
         ("exporters: [{type: blackhole}]\npipeline: {batch: {timeout: soon}}", "pipeline.batch.timeout"),
         ("exporters: []", "exporters: at least one exporter"),

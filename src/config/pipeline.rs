@@ -29,7 +29,8 @@ pub struct PipelineConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct QueueConfig {
     /// Bytes (decoded protobuf size) that may be queued or in export at once. When full,
-    /// receivers answer 503 / UNAVAILABLE with a retry delay.
+    /// receivers answer 503 / UNAVAILABLE with a retry delay. 0: a tenth of the memory
+    /// limit, at most 64 MiB (resolved at start, see `app`).
     pub max_bytes: usize,
     /// Retry-After given to clients when the queue is full.
     #[serde(with = "humantime_serde")]
@@ -42,7 +43,7 @@ pub struct QueueConfig {
 
 impl Default for QueueConfig {
     fn default() -> Self {
-        QueueConfig { max_bytes: 64 * 1024 * 1024, retry_after: Duration::from_secs(1), critical_reserve: 0.2, disk: None }
+        QueueConfig { max_bytes: 0, retry_after: Duration::from_secs(1), critical_reserve: 0.2, disk: None }
     }
 }
 
@@ -128,9 +129,6 @@ impl Default for PipelineConfig {
 
 impl PipelineConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if self.queue.max_bytes == 0 {
-            return Err(ConfigError::invalid("pipeline.queue.max_bytes", "must be > 0"));
-        }
         if !(0.0..1.0).contains(&self.queue.critical_reserve) {
             return Err(ConfigError::invalid("pipeline.queue.critical_reserve", "must be in [0, 1)"));
         }
