@@ -424,3 +424,18 @@ fn version_names_the_commit_and_the_tree() {
         None => assert!(text.contains("commit unknown"), "{text}"),
     }
 }
+
+#[test]
+fn memory_lines_keep_room_above_the_hard_line_in_small_containers() {
+    let t = weir::config::ThresholdsConfig::default();
+    assert_eq!(t.mem_headroom_bytes, 48 << 20);
+    // 150 MiB: hard at 1 - 48/150 = 0.68, the other lines moved down as much.
+    let m = t.mem_for(Some(150 << 20));
+    assert!((m.hard - 0.68).abs() < 1e-9, "{m:?}");
+    assert!((m.enter - (0.68 - 0.07)).abs() < 1e-9 && (m.exit - (0.68 - 0.14)).abs() < 1e-9, "{m:?}");
+    // A container large enough keeps the lines as written; so does no limit, or 0.
+    assert_eq!(t.mem_for(Some(4 << 30)), t.mem);
+    assert_eq!(t.mem_for(None), t.mem);
+    let off = weir::config::ThresholdsConfig { mem_headroom_bytes: 0, ..t.clone() };
+    assert_eq!(off.mem_for(Some(150 << 20)), off.mem);
+}

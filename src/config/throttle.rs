@@ -90,6 +90,33 @@ pub struct ThresholdsConfig {
     /// The disk queue's fill (bytes on disk / `pipeline.queue.disk.max_bytes`); takes no
     /// part without a disk queue.
     pub disk: SlotConfig,
+    /// Room kept free above the memory hard line, in bytes: with a memory limit, the
+    /// memory lines are lowered (keeping their distances) until hard ≤ 1 − this ÷ limit.
+    /// Memory is read once a sample, and a flood brings tens of MiB between two samples:
+    /// a fraction of a small container leaves too little room (150 MiB at 0.92 leaves
+    /// 12 MiB, and the open-loop storm OOM-killed it). 0: the lines as written.
+    #[serde(default = "default_mem_headroom")]
+    pub mem_headroom_bytes: u64,
+}
+
+fn default_mem_headroom() -> u64 {
+    48 << 20
+}
+
+impl ThresholdsConfig {
+    /// The memory lines for a container of `limit` bytes (see `mem_headroom_bytes`).
+    pub fn mem_for(&self, limit: Option<u64>) -> SlotConfig {
+        let mut m = self.mem;
+        let Some(limit) = limit.filter(|l| *l > 0 && self.mem_headroom_bytes > 0) else { return m };
+        let most = (1.0 - self.mem_headroom_bytes as f64 / limit as f64).max(0.5);
+        if m.hard > most {
+            let down = m.hard - most;
+            m.hard -= down;
+            m.enter = (m.enter - down).max(0.05);
+            m.exit = (m.exit - down).max(0.0).min(m.enter - 0.01);
+        }
+        m
+    }
 }
 
 /// One threshold slot.
@@ -238,6 +265,7 @@ impl Default for ThresholdsConfig {
             cpu: SlotConfig { enabled: true, enter: 0.80, exit: 0.70, hard: 0.90, breach_n: 3 },
             mem: SlotConfig { enabled: true, enter: 0.85, exit: 0.78, hard: 0.92, breach_n: 1 },
             disk: SlotConfig { enabled: true, enter: 0.80, exit: 0.70, hard: 0.95, breach_n: 1 },
+            mem_headroom_bytes: default_mem_headroom(),
         }
     }
 }

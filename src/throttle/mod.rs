@@ -94,15 +94,16 @@ pub struct Throttle {
 impl Throttle {
     /// Builds the manager and, when enabled, starts the sampler.
     pub fn start(config: &ThrottleConfig, auth: &crate::config::AuthConfig) -> Throttle {
+        let reader = config.enabled.then(|| cgroup::CgroupReader::discover(&config.cgroup_root, config.signal.fallback_cores));
+        let config = &with_memory_lines(config, reader.as_ref().and_then(|r| r.memory()).and_then(|m| m.limit));
         let manager = Arc::new(ThrottleManager::new(config).with_tenants(auth));
         let (stop, stopped) = watch::channel(false);
-        if !config.enabled {
+        let Some(reader) = reader else {
             tracing::info!("throttle disabled: admitting everything, no sampler");
             let admission = Arc::new(AdmissionClock::new(Admission::new(config, 1.0), false));
             let (reloads, _) = watch::channel(config.clone());
             return Throttle { manager, admission, reader: None, conns: Default::default(), stop, task: None, idle_task: None, reloads };
-        }
-        let reader = cgroup::CgroupReader::discover(&config.cgroup_root, config.signal.fallback_cores);
+        };
         let cap = reader.cpu_capacity();
         let admission = Arc::new(AdmissionClock::new(Admission::new(config, cap.cores), true));
         let mem = reader.memory();
@@ -130,6 +131,7 @@ impl Throttle {
     /// the sampler and admission layers take the new parameters and keep their state.
     /// Turning the throttle on when it started disabled needs a restart (no sampler runs).
     pub fn reload(&self, config: &ThrottleConfig, auth: &crate::config::AuthConfig) {
+        let config = &with_memory_lines(config, self.reader.as_ref().and_then(|r| r.memory()).and_then(|m| m.limit));
         self.manager.reload(config, auth);
         self.admission.inner.reconfigure(config);
         let _ = self.reloads.send(config.clone());
@@ -142,6 +144,24 @@ impl Throttle {
             let _ = t.await;
         }
     }
+}
+
+/// `config` with its memory lines for a container of `limit` bytes
+/// (`thresholds.mem_headroom_bytes`), logged when they move.
+fn with_memory_lines(config: &ThrottleConfig, limit: Option<u64>) -> ThrottleConfig {
+    let mut c = config.clone();
+    let mem = config.thresholds.mem_for(limit);
+    if mem != config.thresholds.mem {
+        tracing::info!(
+            enter = mem.enter,
+            exit = mem.exit,
+            hard = mem.hard,
+            headroom_bytes = config.thresholds.mem_headroom_bytes,
+            "memory lines lowered to keep room above the hard line"
+        );
+    }
+    c.thresholds.mem = mem;
+    c
 }
 
 /// The admission layers with their real-time clock: nanoseconds since `origin`.
