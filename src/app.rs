@@ -37,7 +37,7 @@ fn queue_bytes(config: &Config) -> usize {
         0 => crate::throttle::cgroup::CgroupReader::discover(&config.receiver.throttle.cgroup_root, 0.0)
             .memory()
             .and_then(|m| m.limit)
-            .map_or(64 << 20, |limit| (limit / 10).min(64 << 20).max(1 << 20) as usize),
+            .map_or(64 << 20, |limit| (limit / 10).clamp(1 << 20, 64 << 20) as usize),
         n => n,
     }
 }

@@ -458,9 +458,8 @@ mod tests {
     use std::time::Duration;
 
     fn clock() -> Arc<AdmissionClock> {
-        let mut c = ThrottleConfig::default();
         // No in-flight cap, so no line: only an idle core releases early here.
-        c.max_inflight_per_core = crate::config::auto::Auto::Set(0.0);
+        let mut c = ThrottleConfig { max_inflight_per_core: crate::config::auto::Auto::Set(0.0), ..ThrottleConfig::default() };
         c.hold.max = Duration::from_secs(30);
         Arc::new(AdmissionClock::new(Admission::new(&c, 1.0), true))
     }

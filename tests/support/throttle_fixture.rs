@@ -23,6 +23,13 @@ pub fn fixture(root: &Path, mem_current: u64) {
 }
 
 pub fn yaml(cgroup_root: &Path, rules: &str) -> String {
+    // The fixture's memory limit is a few bytes, so the lines must stay as written: no
+    // headroom in bytes lowers them.
+    let rules = if rules.contains("\n    thresholds:\n") {
+        rules.replacen("\n    thresholds:\n", "\n    thresholds:\n      mem_headroom_bytes: 0\n", 1)
+    } else {
+        format!("{rules}\n    thresholds: {{mem_headroom_bytes: 0}}")
+    };
     let base = super::base_yaml(
         Path::new("{dir}"),
         &format!(
