@@ -178,18 +178,27 @@ impl Open {
     /// Asks the connection idle the longest (nothing in flight) to close; none is asked
     /// when every connection is busy.
     fn evict_idlest(&self) {
+        self.evict_idle_for(0);
+    }
+
+    /// [`Open::evict_idlest`] among the connections idle for at least `min_ms`.
+    fn evict_idle_for(&self, min_ms: u64) {
         let now = mono_ms();
         let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         let idlest = conns
             .values()
             .filter(|(stamp, _)| !stamp.eviction_asked())
             .filter_map(|(stamp, opened)| stamp.idle_ms(now, *opened).map(|idle| (idle, stamp)))
+            .filter(|(idle, _)| *idle >= min_ms)
             .max_by_key(|(idle, _)| *idle);
         if let Some((_, stamp)) = idlest {
             stamp.evict();
         }
     }
 }
+
+/// With memory short, only a connection idle this long makes room for a new one.
+const MEMORY_EVICT_IDLE_MS: u64 = 1000;
 
 /// Binds `listen.endpoint` and serves `app` until shut down.
 pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, ServerError> {
@@ -226,9 +235,10 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
                 },
                 _ = stopped.changed() => break,
             };
-            // Memory short: the connection idle the longest makes room, whatever the count.
+            // Memory short: the connection idle the longest makes room, whatever the count,
+            // if it has been idle a while (a client between two requests is not idle).
             if tracker.as_ref().is_some_and(|t| t.memory_short()) {
-                open_conns.evict_idlest();
+                open_conns.evict_idle_for(MEMORY_EVICT_IDLE_MS);
             }
             // At the cap, the connection idle the longest makes room; with none idle,
             // this one waits (and the next ones in the kernel's backlog).
