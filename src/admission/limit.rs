@@ -82,11 +82,6 @@ impl AdaptiveLimit {
         self.limit.floor().max(self.floor) as i64
     }
 
-    /// The limit as it stands apart from a probe (what the calm line is sized by).
-    pub fn settled(&self) -> i64 {
-        self.limit.floor().max(self.floor) as i64
-    }
-
     /// Whether this window is a probe at the floor.
     pub fn probing(&self) -> bool {
         self.probing

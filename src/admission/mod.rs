@@ -183,6 +183,18 @@ fn fixed_cap(cfg: &ThrottleConfig, cores: f64) -> Option<i64> {
     }
 }
 
+/// Whether a water level is above its exit line, or the CPU is this sample: what the
+/// queue-delay layer and the adaptive limit call busy.
+fn pressed(cfg: &ThrottleConfig, p: Pressure) -> bool {
+    let cpu = &cfg.thresholds.cpu;
+    p.above_exit || (cpu.enabled && p.cpu > cpu.exit)
+}
+
+/// `inflight_wait_min_body_bytes` in force.
+fn wait_min_body_in(cfg: &ThrottleConfig) -> u64 {
+    cfg.inflight_wait_min_body_bytes.get().unwrap_or_else(limit::wait_min_body_bytes)
+}
+
 /// The saturating ramp: init + (target − init)(1 − e^(−4p)).
 pub fn ramp(init: f64, target: f64, progress: f64) -> f64 {
     init + (target - init).max(0.0) * (1.0 - (-4.0 * progress.clamp(0.0, 1.0)).exp())
@@ -268,27 +280,26 @@ impl Admission {
     /// How long a request may wait for an in-flight slot (`max_inflight_wait`, or
     /// derived from the calm service time).
     pub fn inflight_wait(&self) -> std::time::Duration {
-        self.cfg
-            .load()
-            .max_inflight_wait
-            .get()
-            .unwrap_or_else(|| std::time::Duration::from_nanos(self.derived_wait.load(Ordering::Relaxed)))
+        self.inflight_wait_in(&self.cfg.load())
+    }
+
+    fn inflight_wait_in(&self, cfg: &ThrottleConfig) -> std::time::Duration {
+        cfg.max_inflight_wait.get().unwrap_or_else(|| std::time::Duration::from_nanos(self.derived_wait.load(Ordering::Relaxed)))
     }
 
     /// The queue-delay target in force (`queue_delay.target`, or derived).
     pub fn queue_delay_target(&self) -> std::time::Duration {
-        self.cfg
-            .load()
-            .queue_delay
-            .target
-            .get()
-            .unwrap_or_else(|| std::time::Duration::from_nanos(self.derived_queue_delay.load(Ordering::Relaxed)))
+        self.queue_delay_target_in(&self.cfg.load())
+    }
+
+    fn queue_delay_target_in(&self, cfg: &ThrottleConfig) -> std::time::Duration {
+        cfg.queue_delay.target.get().unwrap_or_else(|| std::time::Duration::from_nanos(self.derived_queue_delay.load(Ordering::Relaxed)))
     }
 
     /// The smallest declared body that may wait for a slot (`inflight_wait_min_body_bytes`,
     /// or derived).
     pub fn wait_min_body_bytes(&self) -> u64 {
-        self.cfg.load().inflight_wait_min_body_bytes.get().unwrap_or_else(limit::wait_min_body_bytes)
+        wait_min_body_in(&self.cfg.load())
     }
 
     /// What weir works out by itself, for `/debug/throttle` and the gauges.
@@ -317,7 +328,7 @@ impl Admission {
     /// with [`Admission::leave_line`].
     pub fn join_line(&self, declared: Option<u64>) -> bool {
         let cfg = self.cfg.load();
-        if self.inflight_wait().is_zero() || declared.is_some_and(|d| d < self.wait_min_body_bytes()) {
+        if self.inflight_wait_in(&cfg).is_zero() || declared.is_some_and(|d| d < wait_min_body_in(&cfg)) {
             return false;
         }
         let per_core = cfg.max_inflight_queue_per_core;
@@ -389,10 +400,7 @@ impl Admission {
     /// could be a stalled scheduler on an idle machine; with the CPU busy it is a queue.
     pub fn check_queue_delay(&self, waited_nanos: u64, p: Pressure) -> Result<(), Layer> {
         let cfg = self.cfg.load();
-        let q = &cfg.queue_delay;
-        let cpu = &cfg.thresholds.cpu;
-        let busy = p.above_exit || (cpu.enabled && p.cpu > cpu.exit);
-        if q.enabled && busy && waited_nanos > self.queue_delay_target().as_nanos() as u64 {
+        if cfg.queue_delay.enabled && pressed(&cfg, p) && waited_nanos > self.queue_delay_target_in(&cfg).as_nanos() as u64 {
             return Err(Layer::QueueDelay);
         }
         Ok(())
@@ -420,7 +428,7 @@ impl Admission {
             // Arrivals over the limit while it is in force keep it in force: when the
             // limit itself is what holds the load back, the CPU may well look idle.
             if adaptive && now < self.busy_until.load(Ordering::Relaxed) {
-                self.busy_until.store(now.saturating_add(BUSY_HOLD), Ordering::Relaxed);
+                self.extend_busy(now);
             }
             return Err(Layer::InflightCap);
         }
@@ -456,12 +464,21 @@ impl Admission {
     /// leaves the CPU idle, and dropping it then let a flood in that the next sample
     /// refused again, so the limit never saw the calm windows it needs to rise.
     fn busy(&self, p: Pressure, now: u64) -> bool {
-        let cpu = &self.cfg.load().thresholds.cpu;
-        if p.above_exit || (cpu.enabled && p.cpu > cpu.exit) {
-            self.busy_until.store(now.saturating_add(BUSY_HOLD), Ordering::Relaxed);
+        if pressed(&self.cfg.load(), p) {
+            self.extend_busy(now);
             return true;
         }
         now < self.busy_until.load(Ordering::Relaxed)
+    }
+
+    /// Keeps the limit in force for [`BUSY_HOLD`] from `now`. Written at most every
+    /// 100 ms: every request of a busy weir passes here, and one shared cache line
+    /// written by all of them would cost more than the hold is worth.
+    fn extend_busy(&self, now: u64) {
+        let until = now.saturating_add(BUSY_HOLD);
+        if self.busy_until.load(Ordering::Relaxed) + SEC / 10 < until {
+            self.busy_until.store(until, Ordering::Relaxed);
+        }
     }
 
     fn layers(&self, st: &mut State, now: u64, p: Pressure, inflight: i64) -> Result<(), Layer> {
