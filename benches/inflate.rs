@@ -11,7 +11,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use prost::Message;
 use std::hint::black_box;
 use std::io::Write;
-use weir::receiver::compression::{decompress, decompress_streaming, Encoding};
+use weir::compression::{decompress, decompress_streaming, Encoding};
 
 /// (name, spans, attributes): the throughput shapes and one small request.
 const SHAPES: [(&str, usize, usize); 3] = [("512x10", 512, 10), ("100x10", 100, 10), ("small_4x4", 4, 4)];

@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod app;
+pub mod compression;
 pub mod config;
 pub mod exporter;
 pub mod otlp;

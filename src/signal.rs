@@ -43,7 +43,7 @@ impl Signal {
     }
 
     /// The OTLP/HTTP path.
-    pub fn http_path(self) -> &'static str {
+    pub const fn http_path(self) -> &'static str {
         match self {
             Signal::Traces => "/v1/traces",
             Signal::Metrics => "/v1/metrics",
@@ -53,7 +53,7 @@ impl Signal {
     }
 
     /// The OTLP/gRPC method path.
-    pub fn grpc_path(self) -> &'static str {
+    pub const fn grpc_path(self) -> &'static str {
         match self {
             Signal::Traces => "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
             Signal::Metrics => "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
@@ -309,41 +309,10 @@ fn data_point_count(data: Option<&Data>) -> usize {
     }
 }
 
-impl Signal {
-    /// The signal a receiver path carries, if any: OTLP HTTP paths, gRPC method paths,
-    /// Prometheus remote write and Pyroscope. Used for metric labels where the route
-    /// registry is not at hand (refusals by middlewares that run before the throttle).
-    pub fn classify(path: &str) -> Option<Signal> {
-        use crate::receiver::{promrw, pyroscope};
-        if let Some(s) = Signal::ALL.into_iter().find(|s| s.http_path() == path || s.grpc_path() == path) {
-            return Some(s);
-        }
-        if promrw::PATHS.contains(&path) {
-            Some(Signal::Metrics)
-        } else if pyroscope::INGEST_PATHS.contains(&path) || path == pyroscope::PUSH_PATH {
-            Some(Signal::Profiles)
-        } else {
-            None
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
-
-    #[test]
-    fn classify_knows_every_receiver_path() {
-        assert_eq!(Signal::classify("/v1/logs"), Some(Signal::Logs));
-        assert_eq!(Signal::classify("/api/v1/write"), Some(Signal::Metrics));
-        assert_eq!(Signal::classify("/push.v1.PusherService/Push"), Some(Signal::Profiles));
-        assert_eq!(Signal::classify("/metrics"), None);
-        // Every route the HTTP receiver registers for the throttle classifies the same way.
-        for (path, signal) in crate::receiver::http::routes() {
-            assert_eq!(Signal::classify(path), Some(signal), "{path}");
-        }
-    }
 
     #[test]
     fn truncate_keeps_the_first_items() {

@@ -6,8 +6,10 @@ mod admission;
 pub mod auto;
 mod envsub;
 mod exporter;
+pub mod middleware;
 mod pipeline;
 mod receiver;
+pub mod redis;
 mod throttle;
 
 pub use admission::{BbrConfig, BurstDampingConfig, ConnectionSignalConfig, KneeConfig, PidConfig, SlowStartConfig};
@@ -15,6 +17,7 @@ pub use exporter::{
     BlackholeExporterConfig, DebugExporterConfig, ExporterConfig, FileExporterConfig, OtlpExporterConfig, OtlpHttpExporterConfig,
     RetryConfig,
 };
+pub use middleware::{ConnLimit, MiddlewareSpec, ServerKind, CONN_COST_BYTES};
 pub use pipeline::{BatchConfig, DiskConfig, PipelineConfig, QueueConfig, SyncMode};
 pub use receiver::{
     token_label, AuthConfig, ConnectionConfig, GrpcServerConfig, HttpServerConfig, RateConfig, ReceiverConfig, TenantConfig, TlsConfig,

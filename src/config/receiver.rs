@@ -1,7 +1,7 @@
 //! `receiver:`: the HTTP and gRPC servers, their middleware lists and auth.
 
+use super::middleware::{MiddlewareSpec, ServerKind};
 use super::{validate_endpoint, ConfigError};
-use crate::receiver::middleware::{MiddlewareSpec, ServerKind};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -285,13 +285,13 @@ pub struct QuotaStoreTls {
 
 impl QuotaStoreConfig {
     /// The connection target, as checked at load.
-    pub fn target(&self) -> Result<crate::quota::client::Target, String> {
-        let tls = self.tls.as_ref().map(|t| crate::quota::client::TlsFiles {
+    pub fn target(&self) -> Result<super::redis::Target, String> {
+        let tls = self.tls.as_ref().map(|t| super::redis::TlsFiles {
             ca_file: t.ca_file.clone(),
             cert_file: t.cert_file.clone(),
             key_file: t.key_file.clone(),
         });
-        crate::quota::client::Target::parse(&self.url, tls)
+        super::redis::Target::parse(&self.url, tls)
     }
 }
 

@@ -2,8 +2,8 @@
 
 use super::retry::{with_retry, Attempt};
 use super::{BoxFuture, ExportError, Exporter};
+use crate::compression::{compress, Encoding};
 use crate::config::OtlpHttpExporterConfig;
-use crate::receiver::compression::{compress, Encoding};
 use crate::signal::Payload;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER};
 use std::time::Duration;

@@ -30,7 +30,7 @@
 //! cap on how far a share may move per interval ([`MAX_STEP`]) keep a flapping Redis from
 //! making quotas jump.
 
-use super::client::Target;
+use crate::config::redis::Target;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

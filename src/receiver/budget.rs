@@ -11,8 +11,9 @@
 //! is answered. One request alone always fits (its own body limits bound it), so a
 //! budget smaller than the largest body never locks that body out.
 
-use super::middleware::{reject, ServerKind};
+use super::middleware::reject;
 use super::response::ApiError;
+use crate::config::ServerKind;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{Request, Response};

@@ -9,7 +9,8 @@
 use super::decode::{self, Format, QUOTA_MESSAGE};
 use super::middleware::GrpcSettings;
 use super::response::ApiError;
-use super::{count_request, Ingest, Protocol, Tenant};
+use super::{count_request, Ingest, Tenant};
+use crate::config::ServerKind;
 use crate::otlp::codec::BytesCodec;
 use crate::signal::Signal;
 use crate::telemetry::names;
@@ -37,12 +38,12 @@ impl Export {
         let body = req.into_inner();
         metrics::counter!(names::REQUEST_BYTES, "protocol" => "grpc", "signal" => signal.as_str()).increment(body.len() as u64);
         let result = match decode::from_protobuf(signal, body) {
-            Ok(payload) => self.ingest.accept_from(payload, Protocol::Grpc, tenant.as_ref()).await,
+            Ok(payload) => self.ingest.accept_from(payload, ServerKind::Grpc, tenant.as_ref()).await,
             Err(e) => Err(e),
         };
         match result {
             Ok(rejected) => {
-                count_request(Protocol::Grpc, signal.as_str(), "accepted", tenant.as_ref(), started.elapsed());
+                count_request(ServerKind::Grpc, signal.as_str(), "accepted", tenant.as_ref(), started.elapsed());
                 // A full success is the empty message: zero bytes.
                 let body = if rejected > 0 {
                     Bytes::from(decode::encode_partial(signal, Format::Protobuf, rejected, QUOTA_MESSAGE))
@@ -52,7 +53,7 @@ impl Export {
                 Ok(Response::new(body))
             }
             Err(e) => {
-                super::count_rejection(Protocol::Grpc, signal.as_str(), e.reason(), tenant.as_ref(), started.elapsed(), &e);
+                super::count_rejection(ServerKind::Grpc, signal.as_str(), e.reason(), tenant.as_ref(), started.elapsed(), &e);
                 Err(e.into_grpc_status())
             }
         }

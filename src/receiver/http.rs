@@ -2,7 +2,10 @@
 
 use super::decode::{self, Format};
 use super::response::ApiError;
-use super::{count_request, Ingest, Protocol, Tenant};
+use super::routes::{self, Handler};
+use super::{count_request, Ingest, Tenant};
+use super::{promrw, pyroscope};
+use crate::config::ServerKind;
 use crate::signal::Signal;
 use crate::telemetry::names;
 use axum::body::Body;
@@ -20,46 +23,28 @@ pub struct HttpState {
     max_body: usize,
 }
 
-/// The OTLP routes, without middlewares.
+/// The HTTP routes of [`routes::ROUTES`], without middlewares.
 pub fn router(ingest: Ingest, max_request_body_bytes: usize) -> Router {
     let state = HttpState { ingest, max_body: max_request_body_bytes };
     let mut r = Router::new();
-    for signal in Signal::ALL {
-        r = r.route(
-            signal.http_path(),
-            post(move |st: State<HttpState>, req: Request<Body>| export(st, signal, req)).fallback(method_not_allowed),
-        );
+    for route in routes::http() {
+        let signal = route.signal;
+        let handler = match route.handler {
+            Handler::OtlpHttp => post(move |st: State<HttpState>, req: Request<Body>| export(st, signal, req)),
+            Handler::RemoteWrite => {
+                post(|st: State<HttpState>, req: Request<Body>| async move { promrw::write(st.0.ingest, st.0.max_body, req).await })
+            }
+            Handler::PyroscopeIngest => {
+                post(|st: State<HttpState>, req: Request<Body>| async move { pyroscope::ingest(st.0.ingest, st.0.max_body, req).await })
+            }
+            Handler::PyroscopePush => {
+                post(|st: State<HttpState>, req: Request<Body>| async move { pyroscope::push(st.0.ingest, st.0.max_body, req).await })
+            }
+            Handler::OtlpGrpc => continue,
+        };
+        r = r.route(route.path, handler.fallback(method_not_allowed));
     }
-    for path in super::promrw::PATHS {
-        r = r.route(
-            path,
-            post(|st: State<HttpState>, req: Request<Body>| async move { super::promrw::write(st.0.ingest, st.0.max_body, req).await })
-                .fallback(method_not_allowed),
-        );
-    }
-    for path in super::pyroscope::INGEST_PATHS {
-        r = r.route(
-            path,
-            post(|st: State<HttpState>, req: Request<Body>| async move { super::pyroscope::ingest(st.0.ingest, st.0.max_body, req).await })
-                .fallback(method_not_allowed),
-        );
-    }
-    r = r.route(
-        super::pyroscope::PUSH_PATH,
-        post(|st: State<HttpState>, req: Request<Body>| async move { super::pyroscope::push(st.0.ingest, st.0.max_body, req).await })
-            .fallback(method_not_allowed),
-    );
     r.fallback(not_found).with_state(state)
-}
-
-/// Route → record type for every HTTP route this receiver serves (the throttle's
-/// classification registry is filled from here).
-pub fn routes() -> Vec<(&'static str, Signal)> {
-    let mut v: Vec<(&'static str, Signal)> = Signal::ALL.iter().map(|s| (s.http_path(), *s)).collect();
-    v.extend(super::promrw::PATHS.iter().map(|p| (*p, Signal::Metrics)));
-    v.extend(super::pyroscope::INGEST_PATHS.iter().map(|p| (*p, Signal::Profiles)));
-    v.push((super::pyroscope::PUSH_PATH, Signal::Profiles));
-    v
 }
 
 /// Reads a body up to `limit` bytes; more is a 413.
@@ -93,7 +78,7 @@ async fn export(State(st): State<HttpState>, signal: Signal, req: Request<Body>)
     let result = handle(&st, signal, req, content_type.as_deref(), tenant.as_ref()).await;
     match result {
         Ok((format, rejected)) => {
-            count_request(Protocol::Http, signal.as_str(), "accepted", tenant.as_ref(), started.elapsed());
+            count_request(ServerKind::Http, signal.as_str(), "accepted", tenant.as_ref(), started.elapsed());
             let body = if rejected > 0 {
                 decode::encode_partial(signal, format, rejected, decode::QUOTA_MESSAGE)
             } else {
@@ -104,7 +89,7 @@ async fn export(State(st): State<HttpState>, signal: Signal, req: Request<Body>)
             resp
         }
         Err(err) => {
-            super::count_rejection(Protocol::Http, signal.as_str(), err.reason(), tenant.as_ref(), started.elapsed(), &err);
+            super::count_rejection(ServerKind::Http, signal.as_str(), err.reason(), tenant.as_ref(), started.elapsed(), &err);
             let mut resp = err.into_http(error_format);
             resp.extensions_mut().insert(super::RefusalLogged);
             resp
@@ -127,8 +112,8 @@ async fn handle(
     })?;
     if let Some(enc) = req.headers().get(header::CONTENT_ENCODING) {
         let enc = enc.to_str().unwrap_or("<non-ascii>");
-        match super::compression::Encoding::parse(enc) {
-            Some(super::compression::Encoding::Identity) => {}
+        match crate::compression::Encoding::parse(enc) {
+            Some(crate::compression::Encoding::Identity) => {}
             Some(_) => {
                 return Err(ApiError::UnsupportedMediaType(format!(
                     "Content-Encoding `{enc}` needs content_decompressor in receiver.http_server.middlewares"
@@ -140,7 +125,7 @@ async fn handle(
     let body = read_body(req.into_body(), st.max_body).await?;
     metrics::counter!(names::REQUEST_BYTES, "protocol" => "http", "signal" => signal.as_str()).increment(body.len() as u64);
     let payload = decode::decode(signal, format, body)?;
-    let rejected = st.ingest.accept_from(payload, Protocol::Http, tenant).await?;
+    let rejected = st.ingest.accept_from(payload, ServerKind::Http, tenant).await?;
     Ok((format, rejected))
 }
 

@@ -2,7 +2,6 @@
 //! pipeline ([`Ingest`]) and one error mapping ([`response`]).
 
 pub mod budget;
-pub mod compression;
 pub mod conntrack;
 pub mod decode;
 pub mod grpc;
@@ -13,9 +12,11 @@ pub mod middleware;
 pub mod promrw;
 pub mod pyroscope;
 pub mod response;
+pub mod routes;
 pub mod rxstamp;
 pub mod server;
 
+use crate::config::ServerKind;
 use crate::pipeline::{Pipeline, SubmitError};
 use crate::signal::Payload;
 use crate::telemetry::names;
@@ -55,25 +56,6 @@ impl Tenant {
     }
 }
 
-/// Which receiver a request came through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    /// OTLP/HTTP.
-    Http,
-    /// OTLP/gRPC.
-    Grpc,
-}
-
-impl Protocol {
-    /// Metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Http => "http",
-            Protocol::Grpc => "grpc",
-        }
-    }
-}
-
 /// Hands decoded payloads to the pipeline and counts the outcome.
 #[derive(Debug, Clone)]
 pub struct Ingest {
@@ -104,7 +86,7 @@ impl Ingest {
     /// Submits a decoded payload from `tenant`; items are counted received, then
     /// accepted or rejected. Returns how many items the tenant's item quota refused
     /// (reported to the client as partial success).
-    pub async fn accept_from(&self, mut payload: Payload, protocol: Protocol, tenant: Option<&Tenant>) -> Result<u64, ApiError> {
+    pub async fn accept_from(&self, mut payload: Payload, protocol: ServerKind, tenant: Option<&Tenant>) -> Result<u64, ApiError> {
         let mut over_quota = 0u64;
         if let (Some(q), Some(t)) = (&self.quotas, tenant) {
             let n = payload.item_count();
@@ -174,7 +156,7 @@ impl RequestMetrics {
     }
 
     fn new() -> Self {
-        let protocols = [Protocol::Http.as_str(), Protocol::Grpc.as_str()];
+        let protocols = [ServerKind::Http.as_str(), ServerKind::Grpc.as_str()];
         RequestMetrics {
             requests: protocols.map(|p| {
                 SIGNAL_LABELS.map(|s| {
@@ -198,7 +180,7 @@ fn index_of(labels: &[&str], v: &str) -> Option<usize> {
 
 /// Counts one finished request.
 pub fn count_request(
-    protocol: Protocol,
+    protocol: ServerKind,
     signal: &'static str,
     outcome: &'static str,
     tenant: Option<&Tenant>,
@@ -237,7 +219,7 @@ static REFUSALS: crate::telemetry::lograte::LineBudget =
 /// and message, at most [`REFUSAL_LINES_PER_SECOND`] a second, whatever the middleware
 /// order (someone debugging a refusal must find it in the log).
 pub fn count_rejection(
-    protocol: Protocol,
+    protocol: ServerKind,
     signal: &'static str,
     reason: &'static str,
     tenant: Option<&Tenant>,

@@ -3,10 +3,11 @@
 //! point: `__name__` is the metric name, the other labels are attributes, timestamps go
 //! from milliseconds to nanoseconds. Classified as metrics for the throttle.
 
-use super::compression::{decompress, DecompressError, Encoding};
 use super::http::read_body;
 use super::response::ApiError;
-use super::{count_request, Ingest, Protocol, Tenant};
+use super::{count_request, Ingest, Tenant};
+use crate::compression::{decompress, DecompressError, Encoding};
+use crate::config::ServerKind;
 use crate::prompb::{Label, WriteRequest};
 use crate::signal::{Payload, Signal};
 use crate::telemetry::names;
@@ -18,9 +19,6 @@ use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, Gauge, 
 use prost::Message;
 use std::collections::BTreeMap;
 use std::time::Instant;
-
-/// The paths this receiver serves.
-pub const PATHS: [&str; 2] = ["/prometheus/write", "/api/v1/write"];
 
 /// Checks the labels of one series: non-empty names, sorted, unique.
 fn check_labels(labels: &[Label], series: usize) -> Result<(), ApiError> {
@@ -123,7 +121,7 @@ async fn handle(ingest: &Ingest, max_body: usize, req: Request<Body>) -> Result<
         WriteRequest::decode(plain.as_slice()).map_err(|e| ApiError::BadRequest(format!("cannot decode prometheus.WriteRequest: {e}")))?;
     let otlp = to_otlp(&wr)?;
     // Remote write has no partial success: items over a quota are counted as rejected.
-    ingest.accept_from(super::decode::compact(Payload::Metrics(otlp)), Protocol::Http, tenant.as_ref()).await.map(|_| ())
+    ingest.accept_from(super::decode::compact(Payload::Metrics(otlp)), ServerKind::Http, tenant.as_ref()).await.map(|_| ())
 }
 
 /// The handler for both paths: 204 on success.
@@ -133,13 +131,13 @@ pub async fn write(ingest: Ingest, max_body: usize, req: Request<Body>) -> Respo
     let format = super::decode::Format::Protobuf;
     match handle(&ingest, max_body, req).await {
         Ok(()) => {
-            count_request(Protocol::Http, Signal::Metrics.as_str(), "accepted", tenant.as_ref(), started.elapsed());
+            count_request(ServerKind::Http, Signal::Metrics.as_str(), "accepted", tenant.as_ref(), started.elapsed());
             let mut r = Response::new(Body::empty());
             *r.status_mut() = StatusCode::NO_CONTENT;
             r
         }
         Err(e) => {
-            super::count_rejection(Protocol::Http, Signal::Metrics.as_str(), e.reason(), tenant.as_ref(), started.elapsed(), &e);
+            super::count_rejection(ServerKind::Http, Signal::Metrics.as_str(), e.reason(), tenant.as_ref(), started.elapsed(), &e);
             e.into_http(format)
         }
     }

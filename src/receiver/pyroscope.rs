@@ -6,7 +6,8 @@
 
 use super::http::read_body;
 use super::response::ApiError;
-use super::{count_request, Ingest, Protocol, Tenant};
+use super::{count_request, Ingest, Tenant};
+use crate::config::ServerKind;
 use crate::otlp::profiles::{from_folded, from_pprof, resource};
 use crate::pyroscope_push::PushRequest;
 use crate::signal::{Payload, Signal};
@@ -18,11 +19,6 @@ use prost::Message;
 use std::collections::HashMap;
 use std::io::Read;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-
-/// Legacy ingest paths.
-pub const INGEST_PATHS: [&str; 2] = ["/pyroscope/ingest", "/ingest"];
-/// The push API path.
-pub const PUSH_PATH: &str = "/push.v1.PusherService/Push";
 
 /// Labels as (name, value) pairs.
 pub type Labels = Vec<(String, String)>;
@@ -114,7 +110,7 @@ async fn ingest_inner(ingest: &Ingest, max_body: usize, req: Request<Body>) -> R
         "pprof" => pprof_payload(&body, max_body, res)?,
         other => return Err(ApiError::BadRequest(format!("format `{other}` is not supported (folded, pprof)"))),
     };
-    ingest.accept_from(payload, Protocol::Http, tenant.as_ref()).await.map(|_| ())
+    ingest.accept_from(payload, ServerKind::Http, tenant.as_ref()).await.map(|_| ())
 }
 
 /// Push API request bodies, protobuf or connect JSON.
@@ -165,7 +161,7 @@ async fn push_inner(ingest: &Ingest, max_body: usize, req: Request<Body>, json: 
     }
     let n = payloads.len();
     for p in payloads {
-        ingest.accept_from(p, Protocol::Http, tenant.as_ref()).await?;
+        ingest.accept_from(p, ServerKind::Http, tenant.as_ref()).await?;
     }
     Ok(n)
 }
@@ -179,11 +175,11 @@ fn finish(
 ) -> Response<Body> {
     match result {
         Ok(()) => {
-            count_request(Protocol::Http, Signal::Profiles.as_str(), "accepted", tenant, started.elapsed());
+            count_request(ServerKind::Http, Signal::Profiles.as_str(), "accepted", tenant, started.elapsed());
             ok
         }
         Err(e) => {
-            super::count_rejection(Protocol::Http, Signal::Profiles.as_str(), e.reason(), tenant, started.elapsed(), &e);
+            super::count_rejection(ServerKind::Http, Signal::Profiles.as_str(), e.reason(), tenant, started.elapsed(), &e);
             err(e)
         }
     }

@@ -1,6 +1,5 @@
-//! weir's own telemetry: metric names and the admin server.
+//! weir's own telemetry: metric names, log rate limits and the Prometheus recorder.
 
-pub mod admin;
 pub mod lograte;
 pub mod names;
 

@@ -32,7 +32,7 @@ pub struct Snapshot {
     /// sheddable), for shedding lower classes first.
     pub class_share: [f64; 3],
     /// Connections and RTT of both receivers.
-    pub conns: crate::receiver::conntrack::ConnSample,
+    pub conns: super::conns::ConnSample,
     /// The connection signal fired (surge plus RTT degradation) this sample.
     pub conn_surge: bool,
     /// Bytes of unread HTTP/1.1 bodies held refusals may leave in weir's sockets (see

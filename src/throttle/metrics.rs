@@ -82,7 +82,7 @@ pub fn sampler_duration(d: Duration) {
 }
 
 /// Publishes connection counts and RTTs per receiver.
-pub fn connections(http: &crate::receiver::conntrack::ConnSample, grpc: &crate::receiver::conntrack::ConnSample) {
+pub fn connections(http: &super::conns::ConnSample, grpc: &super::conns::ConnSample) {
     for (server, s) in [("http", http), ("grpc", grpc)] {
         ::metrics::gauge!("weir_receiver_open_connections", "server" => server).set(s.open as f64);
         ::metrics::counter!("weir_receiver_connections_accepted_total", "server" => server).absolute(s.accepted_total);

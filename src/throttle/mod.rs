@@ -9,8 +9,8 @@
 
 pub mod cgroup;
 pub mod classify;
+pub mod conns;
 pub mod debug;
-pub mod layer;
 pub mod manager;
 pub mod metrics;
 pub mod retry;
@@ -83,8 +83,6 @@ pub struct Throttle {
     pub admission: Arc<AdmissionClock>,
     /// The cgroup reader (for `/debug/throttle`).
     pub reader: Option<cgroup::CgroupReader>,
-    /// Both receivers' connections, sampled with the water levels.
-    pub conns: Arc<crate::receiver::conntrack::ConnRegistry>,
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
     idle_task: Option<JoinHandle<()>>,
@@ -93,7 +91,7 @@ pub struct Throttle {
 
 impl Throttle {
     /// Builds the manager and, when enabled, starts the sampler.
-    pub fn start(config: &ThrottleConfig, auth: &crate::config::AuthConfig) -> Throttle {
+    pub fn start(config: &ThrottleConfig, auth: &crate::config::AuthConfig, conns: Arc<dyn conns::ConnSource>) -> Throttle {
         let reader = config.enabled.then(|| cgroup::CgroupReader::discover(&config.cgroup_root, config.signal.fallback_cores));
         let config = &with_memory_lines(config, reader.as_ref().and_then(|r| r.memory()).and_then(|m| m.limit));
         let manager = Arc::new(ThrottleManager::new(config).with_tenants(auth));
@@ -102,7 +100,7 @@ impl Throttle {
             tracing::info!("throttle disabled: admitting everything, no sampler");
             let admission = Arc::new(AdmissionClock::new(Admission::new(config, 1.0), false));
             let (reloads, _) = watch::channel(config.clone());
-            return Throttle { manager, admission, reader: None, conns: Default::default(), stop, task: None, idle_task: None, reloads };
+            return Throttle { manager, admission, reader: None, stop, task: None, idle_task: None, reloads };
         };
         let cap = reader.cpu_capacity();
         let admission = Arc::new(AdmissionClock::new(Admission::new(config, cap.cores), true));
@@ -119,12 +117,11 @@ impl Throttle {
         }
         metrics::set_thresholds(config);
         let knee = admission.inner.knee.clone().map(|k| (k, admission.origin));
-        let conns: Arc<crate::receiver::conntrack::ConnRegistry> = Default::default();
         let (reloads, reload_rx) = watch::channel(config.clone());
         let idle_task = tokio::spawn(release_when_idle(Arc::clone(&admission), stopped.clone()));
         let task =
             tokio::spawn(sampler::run(Arc::clone(&manager), reader.clone(), config.clone(), knee, Arc::clone(&conns), reload_rx, stopped));
-        Throttle { manager, admission, reader: Some(reader), conns, stop, task: Some(task), idle_task: Some(idle_task), reloads }
+        Throttle { manager, admission, reader: Some(reader), stop, task: Some(task), idle_task: Some(idle_task), reloads }
     }
 
     /// Applies a reloaded `receiver.throttle` and tenants: the policy swaps atomically,

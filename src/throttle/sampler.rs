@@ -207,14 +207,14 @@ pub async fn run(
     reader: CgroupReader,
     config: ThrottleConfig,
     knee: Option<(Arc<crate::admission::knee::KneeLearner>, Instant)>,
-    conns: Arc<crate::receiver::conntrack::ConnRegistry>,
+    conns: Arc<dyn super::conns::ConnSource>,
     mut reloads: tokio::sync::watch::Receiver<ThrottleConfig>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut config = config;
     let detector = |c: &ThrottleConfig| {
         let cs = &c.connection_signal;
-        cs.enabled.then(|| crate::receiver::conntrack::SurgeDetector::new(cs.baseline_beta, cs.surge_ratio, cs.rtt_ratio))
+        cs.enabled.then(|| super::conns::SurgeDetector::new(cs.baseline_beta, cs.surge_ratio, cs.rtt_ratio))
     };
     let mut surge = detector(&config);
     let mut stepper = match knee {

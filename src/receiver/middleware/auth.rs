@@ -2,7 +2,8 @@
 //! `Authorization: Bearer <token>` or `X-BK-TOKEN: <token>` (gRPC: the same metadata).
 //! The token's tenant (its name, never the token) becomes the request's [`Tenant`].
 
-use super::{reject, ServerKind};
+use super::reject;
+use crate::config::ServerKind;
 use crate::receiver::response::ApiError;
 use crate::receiver::{Tenant, TenantCounters};
 use axum::body::Body;
@@ -120,14 +121,14 @@ where
 {
     type Response = Response<Body>;
     type Error = S::Error;
-    type Future = crate::throttle::layer::ResponseFuture<S::Future, S::Error>;
+    type Future = super::throttle::ResponseFuture<S::Future, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut req: Request<Body>) -> Self::Future {
-        use crate::throttle::layer::ResponseFuture;
+        use super::throttle::ResponseFuture;
         let started = Instant::now();
         let (kind, state) = (self.layer.kind, &self.layer.state);
         let policy = state.inner.load();

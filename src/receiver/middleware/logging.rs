@@ -1,7 +1,7 @@
 //! `logging`: one line per request, at debug level; a failed one at info, at most
 //! [`FAILED_LINES_PER_SECOND`] a second (see [`crate::telemetry::lograte`]).
 
-use super::ServerKind;
+use crate::config::ServerKind;
 use crate::telemetry::lograte::LineBudget;
 use axum::body::Body;
 use axum::extract::State;

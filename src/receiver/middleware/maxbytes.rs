@@ -1,7 +1,8 @@
 //! `maxbytes;maxRequestBytes=N`: a wire-body cap. A declared Content-Length over the cap
 //! is refused before reading; a streamed body is cut off at the cap (413 either way).
 
-use super::{reject, ServerKind};
+use super::reject;
+use crate::config::ServerKind;
 use crate::receiver::response::ApiError;
 use axum::body::Body;
 use axum::extract::State;

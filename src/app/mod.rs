@@ -1,14 +1,16 @@
 //! The one composition root: builds exporters, the pipeline, the receivers and the admin
 //! server, and shuts them down in stages (receivers, then pipeline, then exporters).
 
+pub mod admin;
+
 use crate::config::Config;
+use crate::config::ServerKind;
 use crate::exporter;
 use crate::pipeline::{Pipeline, PipelineTasks};
-use crate::receiver::middleware::{self, AuthLayerState, HttpContext, ServerKind};
+use crate::receiver::middleware::{self, AuthLayerState, HttpContext};
 use crate::receiver::server::{self, ServerHandle};
 use crate::receiver::{grpc, http, Ingest};
-use crate::signal::Signal;
-use crate::telemetry::{self, admin};
+use crate::telemetry;
 use crate::throttle::classify::RouteRegistry;
 use crate::throttle::Throttle;
 use std::net::SocketAddr;
@@ -146,7 +148,8 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let ingest_base = Ingest::new(Arc::clone(&pipeline));
     let auth = AuthLayerState::with_quotas(&config.receiver.auth.all_tokens(), crate::quota::Quotas::from_config(&config.receiver.auth));
     let quota_sync = start_quota_sync(&config.receiver.auth, auth.as_ref());
-    let throttle = Throttle::start(&config.receiver.throttle, &config.receiver.auth);
+    let conns = Arc::new(crate::receiver::conntrack::ConnRegistry::default());
+    let throttle = Throttle::start(&config.receiver.throttle, &config.receiver.auth, Arc::clone(&conns) as _);
     if let Some(d) = pipeline.disk() {
         throttle.manager.set_disk(Arc::clone(d));
     }
@@ -154,11 +157,8 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let ingest = ingest_base.with_priorities(Arc::clone(&throttle.manager)).with_item_quotas(auth.clone());
     let mut routes = RouteRegistry::new();
     // Each receiver declares its own routes.
-    for (path, signal) in http::routes() {
-        routes.register(path, signal);
-    }
-    for signal in Signal::ALL {
-        routes.register(signal.grpc_path(), signal);
+    for route in crate::receiver::routes::ROUTES {
+        routes.register(route.path, route.signal);
     }
     let ctx = HttpContext {
         max_request_body_bytes: config.receiver.http_server.max_request_body_bytes,
@@ -173,7 +173,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     tracing::info!(bytes = ctx.bodies.limit(), "request bodies in flight: memory budget");
     let open_files = raise_open_files();
     let conn_memory = memory_for_connections(&throttle);
-    let conn_cap = |limit: crate::receiver::middleware::ConnLimit, server: &'static str| {
+    let conn_cap = |limit: crate::config::ConnLimit, server: &'static str| {
         let n = limit.resolve(cores(), conn_memory, open_files);
         metrics::gauge!(telemetry::names::MAX_CONNECTIONS, "server" => server).set(n as f64);
         tracing::info!(server, max_connections = n, ?limit, memory_bytes = conn_memory, open_files, "connection cap");
@@ -184,14 +184,14 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let mut http_addr = None;
     let h = &config.receiver.http_server;
     if h.enabled {
-        let specs = middleware::parse_list(&h.middlewares, ServerKind::Http).map_err(StartError::Middleware)?;
+        let specs = crate::config::middleware::parse_list(&h.middlewares, ServerKind::Http).map_err(StartError::Middleware)?;
         let (app, listener) = middleware::apply_http(http::router(ingest.clone(), h.max_request_body_bytes), &specs, &ctx, auth.clone());
         let tls = h.tls.as_ref().map(|t| server::tls_acceptor("http", t, &[b"h2", b"http/1.1"])).transpose()?;
         let listen = server::Listen {
             tls,
             max_conns: listener.max_conns.map(|l| conn_cap(l, "http")),
             h2_stream_window: h.http2_stream_window_bytes,
-            tracker: Some(Arc::clone(&throttle.conns)),
+            tracker: Some(Arc::clone(&conns)),
             connections: h.connections,
             ..server::Listen::new("http", &h.endpoint)
         };
@@ -204,7 +204,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let mut grpc_addr = None;
     let g = &config.receiver.grpc_server;
     if g.enabled {
-        let specs = middleware::parse_list(&g.middlewares, ServerKind::Grpc).map_err(StartError::Middleware)?;
+        let specs = crate::config::middleware::parse_list(&g.middlewares, ServerKind::Grpc).map_err(StartError::Middleware)?;
         let settings = middleware::grpc_settings(&specs, g.max_recv_msg_size_bytes);
         let ctx = HttpContext { grpc_max_message_bytes: settings.max_message_bytes, ..ctx.clone() };
         let (app, listener) = middleware::apply_grpc(grpc::router(ingest.clone(), settings), &specs, &ctx, auth.clone());
@@ -213,7 +213,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
             tls,
             max_conns: listener.max_conns.map(|l| conn_cap(l, "grpc")),
             h2_stream_window: g.http2_stream_window_bytes,
-            tracker: Some(Arc::clone(&throttle.conns)),
+            tracker: Some(Arc::clone(&conns)),
             connections: g.connections,
             http1: false,
             ..server::Listen::new("grpc", &g.endpoint)

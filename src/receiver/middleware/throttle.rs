@@ -5,15 +5,15 @@
 //! connection survives, see `receiver::middleware::drain`). HTTP answers 429 (shed) or 503 (open)
 //! with Retry-After; gRPC answers RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo`.
 
-use super::classify::RouteRegistry;
-use super::manager::{Decision, Reason, ThrottleManager};
-use super::metrics::{QUEUE_DELAY, REQUESTS};
-use super::{AdmissionClock, DoneGuard};
+use super::drain::{self, RefusedBody};
 use crate::admission::Layer as AdmissionLayer;
-use crate::receiver::middleware::drain::{self, RefusedBody};
-use crate::receiver::middleware::ServerKind;
+use crate::config::ServerKind;
 use crate::receiver::response::ApiError;
 use crate::signal::Signal;
+use crate::throttle::classify::RouteRegistry;
+use crate::throttle::manager::{Decision, Reason, ThrottleManager};
+use crate::throttle::metrics::{QUEUE_DELAY, REQUESTS};
+use crate::throttle::{AdmissionClock, DoneGuard};
 use axum::body::Body;
 use axum::http::{Request, Response};
 use std::sync::Arc;
@@ -240,11 +240,11 @@ impl ThrottleLayer {
         // leaves a refused body with its client.
         let body = drain::refused_body(&req, declared);
         let hold = if self.manager.memory_above_enter() {
-            self.admission.skipped(super::HoldSkip::Memory);
+            self.admission.skipped(crate::throttle::HoldSkip::Memory);
             None
         } else {
             let unread = if body == RefusedBody::Unreadable { unread_bound(declared) } else { 0 };
-            self.admission.hold(declared, crate::receiver::middleware::stated_deadline(&req), unread, self.manager.hold_room())
+            self.admission.hold(declared, super::stated_deadline(&req), unread, self.manager.hold_room())
         };
         if let Some(hold) = hold {
             // Paused now, before hyper's next read could take more of a body left unread.
@@ -253,11 +253,11 @@ impl ThrottleLayer {
                 .flatten();
             let kind = self.kind;
             let answer = move |req: &Request<Body>, held: std::time::Duration| {
-                crate::receiver::middleware::reject_counted(kind, req, err(retry_after.saturating_sub(held)))
+                super::reject_counted(kind, req, err(retry_after.saturating_sub(held)))
             };
             return Err(Box::pin(held(req, answer, hold, body == RefusedBody::Readable, pause)));
         }
-        let resp = crate::receiver::middleware::reject_counted(self.kind, &req, err(retry_after));
+        let resp = super::reject_counted(self.kind, &req, err(retry_after));
         // Nothing of the body is decompressed or decoded; over HTTP/1.1 a modest one is
         // read away so the connection survives (see `middleware::drain`).
         drain::finish(req, resp)
@@ -303,7 +303,7 @@ where
         }
         let waited = waited.unwrap_or(0);
         // Read once: the queue's check and the admission ticket both need it.
-        let declared = crate::receiver::middleware::declared_len(&req);
+        let declared = super::declared_len(&req);
         if self.layer.admission.enabled && signal.is_some() {
             if let Some(retry_after) = self.layer.queue_refusal(&req, declared, priority == Some(crate::config::Priority::Critical)) {
                 return ResponseFuture::refused(self.layer.queue_full(req, declared, retry_after));
@@ -381,12 +381,12 @@ fn unread_bound(declared: Option<u64>) -> u64 {
 async fn held(
     req: Request<Body>,
     answer: impl FnOnce(&Request<Body>, std::time::Duration) -> Response<Body>,
-    hold: super::Hold,
+    hold: crate::throttle::Hold,
     read_first: bool,
     pause: Option<crate::receiver::rxstamp::ReadPause>,
 ) -> Response<Body> {
     let started = tokio::time::Instant::now();
-    let super::Hold { duration, guard } = hold;
+    let crate::throttle::Hold { duration, guard } = hold;
     // HTTP/2: the body goes now; the head stays to shape the answer.
     let req = if req.version() < axum::http::Version::HTTP_2 { req } else { req.map(|_| Body::empty()) };
     // Read away now, dropped as it comes, so that nothing waits in weir's socket; the
@@ -430,7 +430,7 @@ async fn held(
 
 /// A place in the line for an in-flight slot, joined with `Admission::join_line`; left
 /// when dropped.
-struct InLine(Arc<super::AdmissionClock>);
+struct InLine(Arc<crate::throttle::AdmissionClock>);
 
 impl Drop for InLine {
     fn drop(&mut self) {
@@ -514,7 +514,7 @@ pub mod future {
             /// Refused.
             Rejected { resp: Option<Response<Body>> },
             /// Refused, answered once the unread HTTP/1.1 body has been read away.
-            Draining { fut: crate::receiver::middleware::drain::Draining },
+            Draining { fut: super::drain::Draining },
             /// Waiting for an in-flight slot.
             Queued { fut: Boxed<E> },
         }
@@ -522,7 +522,7 @@ pub mod future {
 
     impl<F, E> ResponseFuture<F, E> {
         /// A refusal, ready or still reading an HTTP/1.1 body away.
-        pub(crate) fn refused(r: Result<Response<Body>, crate::receiver::middleware::drain::Draining>) -> Self {
+        pub(crate) fn refused(r: Result<Response<Body>, super::drain::Draining>) -> Self {
             match r {
                 Ok(resp) => ResponseFuture::Rejected { resp: Some(resp) },
                 Err(fut) => ResponseFuture::Draining { fut },
