@@ -4,8 +4,9 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use prost::Message;
-use weir::receiver::decode::decode;
-use weir::receiver::decode::{decode_protobuf, Format};
+use weir::receiver::format::Format;
+use weir::receiver::otlp::decode::decode;
+use weir::receiver::otlp::decode::decode_protobuf;
 use weir::signal::{Payload, Signal};
 
 fn bench(c: &mut Criterion) {

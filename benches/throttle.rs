@@ -42,7 +42,7 @@ fn bench(c: &mut Criterion) {
     });
     // The same plus layer 0, queue delay, as the request path runs it: the connection's
     // receive stamp turned into a wait (a real-time clock read) and checked.
-    let stamp = weir::receiver::rxstamp::RxStamp::arrived_at(weir::receiver::rxstamp::realtime_nanos());
+    let stamp = weir::receiver::connection::stamp::RxStamp::arrived_at(weir::receiver::connection::stamp::realtime_nanos());
     g.bench_function("full+queue_delay/classify+decide+layers+done", |b| {
         b.iter(|| {
             now += 50_000;

@@ -12,7 +12,7 @@
 
 use bytes::Bytes;
 use std::time::Duration;
-use weir::receiver::rxstamp::{enable_on_listener, Stamped};
+use weir::receiver::connection::stamp::{enable_on_listener, Stamped};
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -25,7 +25,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[path = "common/refusal.rs"]
 mod refusal;
 
-use weir::receiver::h2conn::PREFACE;
+use weir::receiver::connection::http2::PREFACE;
 
 fn main() {
     let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:4321".into());

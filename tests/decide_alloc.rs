@@ -69,7 +69,7 @@ fn decide_does_not_allocate() {
         }
     }
     // With layer 0: the connection's receive stamp read as a wait, and checked.
-    let stamp = weir::receiver::rxstamp::RxStamp::arrived_at(weir::receiver::rxstamp::realtime_nanos());
+    let stamp = weir::receiver::connection::stamp::RxStamp::arrived_at(weir::receiver::connection::stamp::realtime_nanos());
     let before = ALLOCS.load(Ordering::Relaxed);
     let mut refused_for_waiting = 0;
     for _ in 0..10_000 {

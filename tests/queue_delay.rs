@@ -6,7 +6,7 @@ use axum::routing::get;
 use axum::Router;
 use std::io::{Read, Write};
 use std::time::Duration;
-use weir::receiver::rxstamp::RxStamp;
+use weir::receiver::connection::stamp::RxStamp;
 
 fn get_over_http1(addr: std::net::SocketAddr, path: &str) -> String {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
@@ -44,7 +44,9 @@ async fn a_request_knows_how_long_it_waited_for_a_busy_server() {
                     .map_or("no stamp".to_string(), |n| (n / 1_000_000).to_string())
             }),
         );
-    let server = weir::receiver::server::serve(weir::receiver::server::Listen::new("test", "127.0.0.1:0"), app).await.unwrap();
+    let server = weir::receiver::connection::listener::serve(weir::receiver::connection::listener::Listen::new("test", "127.0.0.1:0"), app)
+        .await
+        .unwrap();
     let addr = server.local_addr;
 
     // The kernel turns receive timestamps on a moment after the first socket asks for them

@@ -5,7 +5,7 @@
 
 use criterion::{Criterion, Throughput};
 use prost::Message;
-use weir::receiver::decode::decode_protobuf;
+use weir::receiver::otlp::decode::decode_protobuf;
 use weir::signal::Signal;
 
 /// (shape, spans, attributes), as in `examples/throughput_bodies.rs`.

@@ -7,9 +7,10 @@ use crate::config::Config;
 use crate::config::ServerKind;
 use crate::exporter;
 use crate::pipeline::{Pipeline, PipelineTasks};
+use crate::receiver::connection::listener::{self, ServerHandle};
 use crate::receiver::middleware::{self, AuthLayerState, HttpContext};
-use crate::receiver::server::{self, ServerHandle};
-use crate::receiver::{grpc, http, Ingest};
+use crate::receiver::otlp::{grpc, http};
+use crate::receiver::Ingest;
 use crate::telemetry;
 use crate::throttle::classify::RouteRegistry;
 use crate::throttle::Throttle;
@@ -52,7 +53,7 @@ pub enum StartError {
     Exporter(#[from] exporter::BuildError),
     /// A server could not start.
     #[error(transparent)]
-    Server(#[from] server::ServerError),
+    Server(#[from] listener::ServerError),
     /// The middleware list is invalid (normally caught by config validation).
     #[error("middlewares: {0}")]
     Middleware(String),
@@ -148,7 +149,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let ingest_base = Ingest::new(Arc::clone(&pipeline));
     let auth = AuthLayerState::with_quotas(&config.receiver.auth.all_tokens(), crate::quota::Quotas::from_config(&config.receiver.auth));
     let quota_sync = start_quota_sync(&config.receiver.auth, auth.as_ref());
-    let conns = Arc::new(crate::receiver::conntrack::ConnRegistry::default());
+    let conns = Arc::new(crate::receiver::connection::conntrack::ConnRegistry::default());
     let throttle = Throttle::start(&config.receiver.throttle, &config.receiver.auth, Arc::clone(&conns) as _);
     if let Some(d) = pipeline.disk() {
         throttle.manager.set_disk(Arc::clone(d));
@@ -166,7 +167,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         admission: Arc::clone(&throttle.admission),
         routes: Arc::new(routes),
         queue: Some(Arc::clone(&pipeline)),
-        bodies: Arc::new(crate::receiver::budget::BodyBudget::new(body_budget(&config), config.pipeline.queue.retry_after)),
+        bodies: Arc::new(crate::receiver::middleware::budget::BodyBudget::new(body_budget(&config), config.pipeline.queue.retry_after)),
         decompression_ratio: config.receiver.max_decompression_ratio,
         grpc_max_message_bytes: config.receiver.grpc_server.max_recv_msg_size_bytes,
     };
@@ -186,16 +187,16 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     if h.enabled {
         let specs = crate::config::middleware::parse_list(&h.middlewares, ServerKind::Http).map_err(StartError::Middleware)?;
         let (app, listener) = middleware::apply_http(http::router(ingest.clone(), h.max_request_body_bytes), &specs, &ctx, auth.clone());
-        let tls = h.tls.as_ref().map(|t| server::tls_acceptor("http", t, &[b"h2", b"http/1.1"])).transpose()?;
-        let listen = server::Listen {
+        let tls = h.tls.as_ref().map(|t| listener::tls_acceptor("http", t, &[b"h2", b"http/1.1"])).transpose()?;
+        let listen = listener::Listen {
             tls,
             max_conns: listener.max_conns.map(|l| conn_cap(l, "http")),
             h2_stream_window: h.http2_stream_window_bytes,
             tracker: Some(Arc::clone(&conns)),
             connections: h.connections,
-            ..server::Listen::new("http", &h.endpoint)
+            ..listener::Listen::new("http", &h.endpoint)
         };
-        let handle = server::serve(listen, app).await?;
+        let handle = listener::serve(listen, app).await?;
         tracing::info!(addr = %handle.local_addr, tls = h.tls.is_some(), "OTLP/HTTP listening");
         http_addr = Some(handle.local_addr);
         receivers.push(handle);
@@ -208,17 +209,17 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         let settings = middleware::grpc_settings(&specs, g.max_recv_msg_size_bytes);
         let ctx = HttpContext { grpc_max_message_bytes: settings.max_message_bytes, ..ctx.clone() };
         let (app, listener) = middleware::apply_grpc(grpc::router(ingest.clone(), settings), &specs, &ctx, auth.clone());
-        let tls = g.tls.as_ref().map(|t| server::tls_acceptor("grpc", t, &[b"h2"])).transpose()?;
-        let listen = server::Listen {
+        let tls = g.tls.as_ref().map(|t| listener::tls_acceptor("grpc", t, &[b"h2"])).transpose()?;
+        let listen = listener::Listen {
             tls,
             max_conns: listener.max_conns.map(|l| conn_cap(l, "grpc")),
             h2_stream_window: g.http2_stream_window_bytes,
             tracker: Some(Arc::clone(&conns)),
             connections: g.connections,
             http1: false,
-            ..server::Listen::new("grpc", &g.endpoint)
+            ..listener::Listen::new("grpc", &g.endpoint)
         };
-        let handle = server::serve(listen, app).await?;
+        let handle = listener::serve(listen, app).await?;
         tracing::info!(addr = %handle.local_addr, tls = g.tls.is_some(), "OTLP/gRPC listening");
         grpc_addr = Some(handle.local_addr);
         receivers.push(handle);
@@ -227,7 +228,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let ready = Arc::new(AtomicBool::new(false));
     let admin_router = admin::router(admin::AdminState { prometheus, ready: Arc::clone(&ready), queue: pipeline.disk().cloned() })
         .merge(crate::throttle::debug::router(Arc::clone(&throttle.manager), throttle.reader.clone(), Arc::clone(&throttle.admission)));
-    let admin = server::serve(server::Listen::new("admin", &config.admin.endpoint), admin_router).await?;
+    let admin = listener::serve(listener::Listen::new("admin", &config.admin.endpoint), admin_router).await?;
     tracing::info!(addr = %admin.local_addr, "admin listening");
     ready.store(true, Ordering::Release);
 

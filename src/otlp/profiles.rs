@@ -99,20 +99,60 @@ fn wrap(resource: Resource, profiles: Vec<otlp::Profile>, dict: Dict) -> ExportP
 
 /// Converts a decoded pprof profile.
 pub fn from_pprof(p: &pprof::Profile, resource: Resource) -> Result<ExportProfilesServiceRequest, ProfileError> {
-    let s = |i: i64| -> Result<&str, ProfileError> {
-        usize::try_from(i)
-            .ok()
-            .and_then(|i| p.string_table.get(i))
-            .map(String::as_str)
-            .ok_or_else(|| ProfileError::Invalid(format!("string index {i} out of range")))
-    };
     if p.string_table.first().is_some_and(|s| !s.is_empty()) {
         return Err(ProfileError::Invalid("pprof string_table[0] must be empty".into()));
     }
     let mut dict = Dict::new();
+    let mappings = add_mappings(p, &mut dict)?;
+    let functions = add_functions(p, &mut dict)?;
+    let locations = add_locations(p, &mut dict, &mappings, &functions)?;
+    let samples = pprof_samples(p, &mut dict, &locations)?;
+    let period_type = p.period_type.as_ref().map(|t| value_type(p, &mut dict, t)).transpose()?;
+    let mut profiles = Vec::new();
+    for (t, vt) in p.sample_type.iter().enumerate() {
+        let sample_type = value_type(p, &mut dict, vt)?;
+        profiles.push(otlp::Profile {
+            sample_type: Some(sample_type),
+            samples: samples
+                .iter()
+                .filter(|s| s.values[t] != 0)
+                .map(|s| otlp::Sample {
+                    stack_index: s.stack_index,
+                    attribute_indices: s.attribute_indices.clone(),
+                    link_index: 0,
+                    values: vec![s.values[t]],
+                    timestamps_unix_nano: vec![],
+                })
+                .collect(),
+            time_unix_nano: u64::try_from(p.time_nanos).unwrap_or(0),
+            duration_nano: u64::try_from(p.duration_nanos).unwrap_or(0),
+            period_type,
+            period: p.period,
+            original_payload_format: "pprof".into(),
+            ..Default::default()
+        });
+    }
+    Ok(wrap(resource, profiles, dict))
+}
+
+/// A pprof string by its index.
+fn pprof_str(p: &pprof::Profile, i: i64) -> Result<&str, ProfileError> {
+    usize::try_from(i)
+        .ok()
+        .and_then(|i| p.string_table.get(i))
+        .map(String::as_str)
+        .ok_or_else(|| ProfileError::Invalid(format!("string index {i} out of range")))
+}
+
+fn value_type(p: &pprof::Profile, dict: &mut Dict, t: &pprof::ValueType) -> Result<otlp::ValueType, ProfileError> {
+    Ok(otlp::ValueType { type_strindex: dict.string(pprof_str(p, t.r#type)?), unit_strindex: dict.string(pprof_str(p, t.unit)?) })
+}
+
+/// Adds pprof's mappings to the dictionary; returns pprof mapping id to table index.
+fn add_mappings(p: &pprof::Profile, dict: &mut Dict) -> Result<HashMap<u64, i32>, ProfileError> {
     let mut mappings = HashMap::new();
     for m in &p.mapping {
-        let filename_strindex = dict.string(s(m.filename)?);
+        let filename_strindex = dict.string(pprof_str(p, m.filename)?);
         mappings.insert(m.id, dict.d.mapping_table.len() as i32);
         dict.d.mapping_table.push(otlp::Mapping {
             memory_start: m.memory_start,
@@ -122,9 +162,15 @@ pub fn from_pprof(p: &pprof::Profile, resource: Resource) -> Result<ExportProfil
             attribute_indices: vec![],
         });
     }
+    Ok(mappings)
+}
+
+/// Adds pprof's functions to the dictionary; returns pprof function id to table index.
+fn add_functions(p: &pprof::Profile, dict: &mut Dict) -> Result<HashMap<u64, i32>, ProfileError> {
     let mut functions = HashMap::new();
     for f in &p.function {
-        let (name, system_name, filename) = (dict.string(s(f.name)?), dict.string(s(f.system_name)?), dict.string(s(f.filename)?));
+        let (name, system_name, filename) =
+            (dict.string(pprof_str(p, f.name)?), dict.string(pprof_str(p, f.system_name)?), dict.string(pprof_str(p, f.filename)?));
         functions.insert(f.id, dict.d.function_table.len() as i32);
         dict.d.function_table.push(otlp::Function {
             name_strindex: name,
@@ -133,6 +179,16 @@ pub fn from_pprof(p: &pprof::Profile, resource: Resource) -> Result<ExportProfil
             start_line: f.start_line,
         });
     }
+    Ok(functions)
+}
+
+/// Adds pprof's locations to the dictionary; returns pprof location id to table index.
+fn add_locations(
+    p: &pprof::Profile,
+    dict: &mut Dict,
+    mappings: &HashMap<u64, i32>,
+    functions: &HashMap<u64, i32>,
+) -> Result<HashMap<u64, i32>, ProfileError> {
     let mut locations = HashMap::new();
     for l in &p.location {
         let mapping_index = if l.mapping_id == 0 {
@@ -155,7 +211,18 @@ pub fn from_pprof(p: &pprof::Profile, resource: Resource) -> Result<ExportProfil
         locations.insert(l.id, dict.d.location_table.len() as i32);
         dict.d.location_table.push(otlp::Location { mapping_index, address: l.address, lines, attribute_indices: vec![] });
     }
-    // One stack (and label set) per pprof sample, shared by every sample type.
+    Ok(locations)
+}
+
+/// A pprof sample with its stack and labels in the dictionary and one value per sample type.
+struct PprofSample {
+    stack_index: i32,
+    attribute_indices: Vec<i32>,
+    values: Vec<i64>,
+}
+
+/// One stack (and label set) per pprof sample, shared by every sample type.
+fn pprof_samples(p: &pprof::Profile, dict: &mut Dict, locations: &HashMap<u64, i32>) -> Result<Vec<PprofSample>, ProfileError> {
     let mut samples = Vec::with_capacity(p.sample.len());
     for (i, smp) in p.sample.iter().enumerate() {
         if smp.value.len() != p.sample_type.len() {
@@ -171,51 +238,20 @@ pub fn from_pprof(p: &pprof::Profile, resource: Resource) -> Result<ExportProfil
             .map(|id| locations.get(id).copied().ok_or_else(|| ProfileError::Invalid(format!("sample[{i}] names unknown location {id}"))))
             .collect::<Result<Vec<_>, _>>()?;
         let stack_index = dict.stack(stack);
-        let mut attrs = Vec::new();
+        let mut attribute_indices = Vec::new();
         for lb in &smp.label {
-            let key = s(lb.key)?.to_string();
+            let key = pprof_str(p, lb.key)?.to_string();
             let (value, unit) = if lb.str != 0 {
-                (str_value(s(lb.str)?), "")
+                (str_value(pprof_str(p, lb.str)?), "")
             } else {
-                (AnyValue { value: Some(any_value::Value::IntValue(lb.num)) }, s(lb.num_unit)?)
+                (AnyValue { value: Some(any_value::Value::IntValue(lb.num)) }, pprof_str(p, lb.num_unit)?)
             };
             let unit = unit.to_string();
-            attrs.push(dict.attribute(&key, value, &unit));
+            attribute_indices.push(dict.attribute(&key, value, &unit));
         }
-        samples.push((stack_index, attrs, smp.value.clone()));
+        samples.push(PprofSample { stack_index, attribute_indices, values: smp.value.clone() });
     }
-    let period_type = p
-        .period_type
-        .as_ref()
-        .map(|t| {
-            Ok::<_, ProfileError>(otlp::ValueType { type_strindex: dict.string(s(t.r#type)?), unit_strindex: dict.string(s(t.unit)?) })
-        })
-        .transpose()?;
-    let mut profiles = Vec::new();
-    for (t, vt) in p.sample_type.iter().enumerate() {
-        let sample_type = otlp::ValueType { type_strindex: dict.string(s(vt.r#type)?), unit_strindex: dict.string(s(vt.unit)?) };
-        profiles.push(otlp::Profile {
-            sample_type: Some(sample_type),
-            samples: samples
-                .iter()
-                .filter(|(_, _, v)| v[t] != 0)
-                .map(|(stack_index, attrs, v)| otlp::Sample {
-                    stack_index: *stack_index,
-                    attribute_indices: attrs.clone(),
-                    link_index: 0,
-                    values: vec![v[t]],
-                    timestamps_unix_nano: vec![],
-                })
-                .collect(),
-            time_unix_nano: u64::try_from(p.time_nanos).unwrap_or(0),
-            duration_nano: u64::try_from(p.duration_nanos).unwrap_or(0),
-            period_type,
-            period: p.period,
-            original_payload_format: "pprof".into(),
-            ..Default::default()
-        });
-    }
-    Ok(wrap(resource, profiles, dict))
+    Ok(samples)
 }
 
 /// Converts Pyroscope's folded format: `root;child;leaf count` per line.

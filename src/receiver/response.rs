@@ -1,6 +1,6 @@
 //! The ONE place where errors become HTTP statuses and gRPC codes.
 
-use super::decode::Format;
+use crate::receiver::format::Format;
 #[cfg(test)]
 use crate::rpc;
 use axum::body::Body;

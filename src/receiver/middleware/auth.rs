@@ -2,8 +2,8 @@
 //! `Authorization: Bearer <token>` or `X-BK-TOKEN: <token>` (gRPC: the same metadata).
 //! The token's tenant (its name, never the token) becomes the request's [`Tenant`].
 
-use super::reject;
 use crate::config::ServerKind;
+use crate::receiver::middleware::refuse::reject;
 use crate::receiver::response::ApiError;
 use crate::receiver::{Tenant, TenantCounters};
 use axum::body::Body;
@@ -121,14 +121,14 @@ where
 {
     type Response = Response<Body>;
     type Error = S::Error;
-    type Future = super::throttle::ResponseFuture<S::Future, S::Error>;
+    type Future = crate::receiver::middleware::throttle::ResponseFuture<S::Future, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut req: Request<Body>) -> Self::Future {
-        use super::throttle::ResponseFuture;
+        use crate::receiver::middleware::throttle::ResponseFuture;
         let started = Instant::now();
         let (kind, state) = (self.layer.kind, &self.layer.state);
         let policy = state.inner.load();
@@ -139,7 +139,7 @@ where
                 "missing token: send Authorization: Bearer <token> or X-BK-TOKEN"
             };
             let resp = reject(kind, &req, ApiError::Unauthenticated(msg.into()), started);
-            return ResponseFuture::refused(Ok(super::drain::without_reading(&req, resp)));
+            return ResponseFuture::refused(Ok(crate::receiver::middleware::drain::without_reading(&req, resp)));
         };
         let tenant = Tenant(Arc::clone(t), Arc::clone(counters));
         if let Err(wait) = policy.quotas.check(t) {
@@ -155,7 +155,7 @@ where
                 retry_after: wait,
             };
             let resp = reject(kind, &req, err, started);
-            return ResponseFuture::refused(super::drain::finish(req, resp));
+            return ResponseFuture::refused(crate::receiver::middleware::drain::finish(req, resp));
         }
         req.extensions_mut().insert(tenant);
         ResponseFuture::Inner { fut: self.inner.call(req), guard: None }

@@ -13,11 +13,11 @@
 //! inflating 64 MiB takes a core for a fifth of a second, and on a runtime worker that
 //! stalls every connection that worker serves.
 
-use super::reject;
 use crate::compression::{decompress, stated_size, DecompressError, Encoding};
 use crate::config::ServerKind;
-use crate::receiver::budget::Charge;
-use crate::receiver::http::read_body;
+use crate::receiver::connection::hygiene::read_body;
+use crate::receiver::middleware::budget::Charge;
+use crate::receiver::middleware::refuse::reject;
 use crate::receiver::response::ApiError;
 use axum::body::Body;
 use axum::extract::State;

@@ -13,7 +13,7 @@
 //! is shut, and what the client still sends is read away for a bounded time, so a
 //! client that reads only after sending its whole body still gets the answer.
 
-use crate::receiver::rxstamp::RxStamp;
+use crate::receiver::connection::stamp::RxStamp;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Request, Response, Version};
 use http_body_util::BodyExt;
@@ -85,7 +85,7 @@ pub fn refused_body(req: &Request<Body>, declared: Option<u64>) -> RefusedBody {
 /// same accepted rate on loopback (`bench/results/2026-12-03/ab-held-readaway/`). A new
 /// connection costs more where there is TLS, a load balancer or a NAT table in between.
 pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<Body>, Draining> {
-    let slot = match refused_body(&req, super::declared_len(&req)) {
+    let slot = match refused_body(&req, crate::receiver::middleware::refuse::declared_len(&req)) {
         RefusedBody::None => return Ok(resp),
         RefusedBody::Readable => Slot::take(),
         RefusedBody::Unreadable => None,
@@ -139,7 +139,7 @@ pub fn close(resp: &mut Response<Body>, stamp: Option<&RxStamp>) {
 /// or broken; the answer must then close the connection). A held refusal reads its body
 /// while its client waits out the hold anyway, so it may take as long as the hold.
 pub async fn read_body_away(req: Request<Body>, limit: Duration) -> (Request<Body>, bool) {
-    if let Some(charge) = req.extensions().get::<std::sync::Arc<crate::receiver::budget::Charge>>() {
+    if let Some(charge) = req.extensions().get::<std::sync::Arc<crate::receiver::middleware::budget::Charge>>() {
         charge.discard();
     }
     let (parts, mut body) = req.into_parts();

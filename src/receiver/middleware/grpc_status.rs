@@ -34,7 +34,11 @@ pub(super) async fn grpc_only(req: Request<Body>, next: Next) -> Response<Body> 
     // The body is taken in first (a little of it, briefly), as a request answered at its
     // end: the stream's frames are then still checked while it is open (flow control,
     // content-length), as on the HTTP port, rather than meeting a stream already closed.
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), crate::receiver::http::read_body(req.into_body(), 64 * 1024)).await;
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(1),
+        crate::receiver::connection::hygiene::read_body(req.into_body(), 64 * 1024),
+    )
+    .await;
     let mut resp = Response::new(Body::from("this is weir's OTLP/gRPC port: requests need content-type application/grpc\n"));
     *resp.status_mut() = axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
     resp.headers_mut().insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));

@@ -5,9 +5,9 @@
 //! connection survives, see `receiver::middleware::drain`). HTTP answers 429 (shed) or 503 (open)
 //! with Retry-After; gRPC answers RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo`.
 
-use super::drain::{self, RefusedBody};
 use crate::admission::Layer as AdmissionLayer;
 use crate::config::ServerKind;
+use crate::receiver::middleware::drain::{self, RefusedBody};
 use crate::receiver::response::ApiError;
 use crate::signal::Signal;
 use crate::throttle::classify::RouteRegistry;
@@ -233,7 +233,7 @@ impl ThrottleLayer {
         // and was OOM-killed in 300 MiB). Not the exit line: 512 held clients alone take
         // a 300 MiB container past the bench's 0.60, and answering them at once brought
         // the spinning back (HTTP/1.1 burst 100% -> 79% of A).
-        crate::receiver::h2conn::discard_unread(req.extensions());
+        crate::receiver::connection::http2::discard_unread(req.extensions());
         // Over HTTP/1.1 a body a refusal may read (a declared length up to 1 MiB) is read
         // away while its client waits out the hold; a larger one, or one without a length,
         // waits unread in weir's socket and counts against `hold.max_held_bytes`. HTTP/2
@@ -244,20 +244,20 @@ impl ThrottleLayer {
             None
         } else {
             let unread = if body == RefusedBody::Unreadable { unread_bound(declared) } else { 0 };
-            self.admission.hold(declared, super::stated_deadline(&req), unread, self.manager.hold_room())
+            self.admission.hold(declared, crate::receiver::middleware::refuse::stated_deadline(&req), unread, self.manager.hold_room())
         };
         if let Some(hold) = hold {
             // Paused now, before hyper's next read could take more of a body left unread.
             let pause = (body == RefusedBody::Unreadable)
-                .then(|| req.extensions().get::<crate::receiver::rxstamp::RxStamp>().map(|s| s.pause_reads()))
+                .then(|| req.extensions().get::<crate::receiver::connection::stamp::RxStamp>().map(|s| s.pause_reads()))
                 .flatten();
             let kind = self.kind;
             let answer = move |req: &Request<Body>, held: std::time::Duration| {
-                super::reject_counted(kind, req, err(retry_after.saturating_sub(held)))
+                crate::receiver::middleware::refuse::reject_counted(kind, req, err(retry_after.saturating_sub(held)))
             };
             return Err(Box::pin(held(req, answer, hold, body == RefusedBody::Readable, pause)));
         }
-        let resp = super::reject_counted(self.kind, &req, err(retry_after));
+        let resp = crate::receiver::middleware::refuse::reject_counted(self.kind, &req, err(retry_after));
         // Nothing of the body is decompressed or decoded; over HTTP/1.1 a modest one is
         // read away so the connection survives (see `middleware::drain`).
         drain::finish(req, resp)
@@ -297,13 +297,13 @@ where
         let tenant = req.extensions().get::<crate::receiver::Tenant>().map(|t| &*t.0);
         let priority = signal.map(|s| self.layer.manager.priority(s, tenant));
         // The wait in front of weir, when the kernel stamped the data (unknown: no wait).
-        let waited = req.extensions().get::<crate::receiver::rxstamp::RxStamp>().and_then(|s| s.waited_nanos());
+        let waited = req.extensions().get::<crate::receiver::connection::stamp::RxStamp>().and_then(|s| s.waited_nanos());
         if let Some(w) = waited {
             self.layer.counters.queue_delay.record(w as f64 * 1e-9);
         }
         let waited = waited.unwrap_or(0);
         // Read once: the queue's check and the admission ticket both need it.
-        let declared = super::declared_len(&req);
+        let declared = crate::receiver::middleware::refuse::declared_len(&req);
         if self.layer.admission.enabled && signal.is_some() {
             if let Some(retry_after) = self.layer.queue_refusal(&req, declared, priority == Some(crate::config::Priority::Critical)) {
                 return ResponseFuture::refused(self.layer.queue_full(req, declared, retry_after));
@@ -383,7 +383,7 @@ async fn held(
     answer: impl FnOnce(&Request<Body>, std::time::Duration) -> Response<Body>,
     hold: crate::throttle::Hold,
     read_first: bool,
-    pause: Option<crate::receiver::rxstamp::ReadPause>,
+    pause: Option<crate::receiver::connection::stamp::ReadPause>,
 ) -> Response<Body> {
     let started = tokio::time::Instant::now();
     let crate::throttle::Hold { duration, guard } = hold;
@@ -405,7 +405,7 @@ async fn held(
         if !whole {
             drop(guard);
             let mut resp = answer(&req, started.elapsed());
-            drain::close(&mut resp, req.extensions().get::<crate::receiver::rxstamp::RxStamp>());
+            drain::close(&mut resp, req.extensions().get::<crate::receiver::connection::stamp::RxStamp>());
             return resp;
         }
         req
@@ -514,7 +514,7 @@ pub mod future {
             /// Refused.
             Rejected { resp: Option<Response<Body>> },
             /// Refused, answered once the unread HTTP/1.1 body has been read away.
-            Draining { fut: super::drain::Draining },
+            Draining { fut: crate::receiver::middleware::drain::Draining },
             /// Waiting for an in-flight slot.
             Queued { fut: Boxed<E> },
         }
@@ -522,7 +522,7 @@ pub mod future {
 
     impl<F, E> ResponseFuture<F, E> {
         /// A refusal, ready or still reading an HTTP/1.1 body away.
-        pub(crate) fn refused(r: Result<Response<Body>, super::drain::Draining>) -> Self {
+        pub(crate) fn refused(r: Result<Response<Body>, crate::receiver::middleware::drain::Draining>) -> Self {
             match r {
                 Ok(resp) => ResponseFuture::Rejected { resp: Some(resp) },
                 Err(fut) => ResponseFuture::Draining { fut },

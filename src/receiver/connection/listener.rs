@@ -1,12 +1,12 @@
 //! One listener loop for both receivers: optional TLS (rustls), an optional connection
-//! cap (`maxconns`), HTTP/1.1 (hyper) and HTTP/2 (`h2conn`, told apart by the client
+//! cap (`maxconns`), HTTP/1.1 (hyper) and HTTP/2 (`http2`, told apart by the client
 //! preface, with or without TLS), and graceful shutdown.
 
-use super::h2conn::{self, H2Settings};
-use super::hygiene::Closed;
-use super::rxstamp::mono_ms;
-use super::rxstamp::{Discard, RxStamp};
 use crate::config::{ConnectionConfig, TlsConfig};
+use crate::receiver::connection::http2::{self, H2Settings};
+use crate::receiver::connection::hygiene::{Closed, ConnOpts};
+use crate::receiver::connection::stamp::mono_ms;
+use crate::receiver::connection::stamp::{Discard, RxStamp};
 use crate::telemetry::names;
 use axum::http::Request;
 use axum::Router;
@@ -113,7 +113,7 @@ pub struct Listen<'a> {
     /// HTTP/2 initial stream window (`http2_stream_window_bytes`).
     pub h2_stream_window: u32,
     /// Where open connections are registered (the throttle's conntrack), if anywhere.
-    pub tracker: Option<Arc<super::conntrack::ConnRegistry>>,
+    pub tracker: Option<Arc<crate::receiver::connection::conntrack::ConnRegistry>>,
     /// Timeouts, keepalive and the listen backlog.
     pub connections: ConnectionConfig,
     /// Whether HTTP/1.1 is served beside HTTP/2 (the gRPC port speaks HTTP/2 only).
@@ -209,7 +209,7 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
         source,
     })?;
     let local_addr = listener.local_addr().map_err(|source| ServerError::Bind { name, endpoint: endpoint.to_string(), source })?;
-    if !super::rxstamp::enable_on_listener(&listener) {
+    if !crate::receiver::connection::stamp::enable_on_listener(&listener) {
         tracing::warn!(server = name, "the kernel gives no receive timestamps: the queue-delay layer sees no waits");
     }
     let (stop, mut stopped) = watch::channel(false);
@@ -262,7 +262,7 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
             });
             // Reads record when the data arrived; each request carries the stamp so the
             // throttle can see how long it waited before weir looked at it (`rxstamp`).
-            let stream = super::rxstamp::Stamped::new(stream);
+            let stream = crate::receiver::connection::stamp::Stamped::new(stream);
             let stamp = stream.stamp();
             next_id += 1;
             let id = next_id;
@@ -325,45 +325,6 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
     Ok(ServerHandle { local_addr, stop, task })
 }
 
-/// What one connection needs to know about its limits.
-#[derive(Debug, Clone, Copy)]
-pub struct ConnOpts {
-    /// The server's name, for metrics.
-    pub server: &'static str,
-    /// When it opened ([`mono_ms`]).
-    pub opened: u64,
-    /// Its timeouts.
-    pub limits: ConnectionConfig,
-    /// Whether HTTP/1.1 is served beside HTTP/2.
-    pub http1: bool,
-}
-
-impl ConnOpts {
-    /// Why the connection must close now, if it must; `evicted` says the server asked.
-    /// `head` checks the HTTP/1.1 request-head timeout.
-    pub fn verdict(&self, stamp: &RxStamp, evicted: bool, head: bool) -> Option<Closed> {
-        let now = mono_ms();
-        let idle = stamp.idle_ms(now, self.opened);
-        if evicted && idle.is_some() {
-            return Some(Closed::Evicted);
-        }
-        if head && stamp.head_waiting_ms(now).is_some_and(|ms| ms > self.limits.header_read_timeout.as_millis() as u64) {
-            return Some(Closed::HeaderTimeout);
-        }
-        let idle_limit = self.limits.idle_timeout.as_millis() as u64;
-        if idle_limit > 0 && idle.is_some_and(|ms| ms > idle_limit) {
-            return Some(Closed::Idle);
-        }
-        None
-    }
-
-    /// How often to check.
-    pub fn tick(&self) -> Duration {
-        let l = &self.limits;
-        super::hygiene::tick(&[l.header_read_timeout, l.idle_timeout, l.http2_keepalive_interval, l.http2_keepalive_timeout])
-    }
-}
-
 /// Resolves once the server asks the connection to close to make room.
 async fn evicted(stamp: &RxStamp) {
     std::future::poll_fn(|cx| if stamp.evicted(cx) { Poll::Ready(()) } else { Poll::Pending }).await
@@ -391,7 +352,7 @@ where
     // Read until the bytes differ from the preface or all of it is there: an HTTP/1.1
     // request differs by its second byte, so this is one read in practice.
     let opts = settings.opts;
-    let mut seen = [0u8; h2conn::PREFACE.len()];
+    let mut seen = [0u8; http2::PREFACE.len()];
     let mut len = 0;
     let sniff = async {
         loop {
@@ -400,10 +361,10 @@ where
                 return Ok::<_, io::Error>(None);
             }
             len += n;
-            if !h2conn::PREFACE.starts_with(&seen[..len]) {
+            if !http2::PREFACE.starts_with(&seen[..len]) {
                 return Ok(Some(false));
             }
-            if len == h2conn::PREFACE.len() {
+            if len == http2::PREFACE.len() {
                 return Ok(Some(true));
             }
         }
@@ -437,12 +398,12 @@ where
     }
     let io = Rewind { seen, len, pos: 0, inner: io };
     if h2 {
-        return Ok(h2conn::serve(io, app, stamp, settings, stop_signal(stop)).await?);
+        return Ok(http2::serve(io, app, stamp, settings, stop_signal(stop)).await?);
     }
     let conn_stamp = stamp.clone();
     let body_limit = opts.limits.body_read_timeout;
     let svc = TowerToHyperService::new(tower::service_fn(move |req: Request<Incoming>| {
-        let mut req = req.map(|body| super::hygiene::Deadline::new(body, body_limit));
+        let mut req = req.map(|body| crate::receiver::connection::hygiene::Deadline::new(body, body_limit));
         req.extensions_mut().insert(stamp.clone());
         Tracked { call: tower::ServiceExt::oneshot(app.clone(), req), _busy: stamp.busy() }
     }));
@@ -497,7 +458,7 @@ where
 /// A request's handling, counted in flight on its connection until it is answered.
 struct Tracked<F> {
     call: F,
-    _busy: super::rxstamp::Busy,
+    _busy: crate::receiver::connection::stamp::Busy,
 }
 
 impl<F: std::future::Future + Unpin> std::future::Future for Tracked<F> {
@@ -550,7 +511,7 @@ impl<I: Discard + AsyncRead + Unpin> Discard for Rewind<I> {
 
 /// An I/O that replays the bytes read to tell the protocol before reading on.
 struct Rewind<I> {
-    seen: [u8; h2conn::PREFACE.len()],
+    seen: [u8; http2::PREFACE.len()],
     /// Bytes in `seen`, and how many of them have been replayed.
     len: usize,
     pos: usize,

@@ -1,7 +1,9 @@
 //! Connection hygiene: what a connection may cost in time before weir closes it, and
 //! the request body that must arrive in time (see `receiver.*.connections`).
 
-use super::response::ApiError;
+use crate::config::ConnectionConfig;
+use crate::receiver::connection::stamp::{mono_ms, RxStamp};
+use crate::receiver::response::ApiError;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use std::future::Future;
@@ -134,4 +136,66 @@ impl Closed {
 pub fn tick(timeouts: &[Duration]) -> Duration {
     let shortest = timeouts.iter().filter(|d| !d.is_zero()).min().copied().unwrap_or(Duration::from_secs(1));
     (shortest / 4).clamp(Duration::from_millis(50), Duration::from_secs(1))
+}
+
+/// Reads a body up to `limit` bytes; more is a 413.
+pub async fn read_body(body: axum::body::Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+    let limited = http_body_util::Limited::new(body, limit);
+    match http_body_util::BodyExt::collect(limited).await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) => Err(body_error(e, limit)),
+    }
+}
+
+fn body_error(e: Box<dyn std::error::Error + Send + Sync>, limit: usize) -> ApiError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return ApiError::PayloadTooLarge(format!("request body exceeds the limit of {limit} bytes"));
+        }
+        if let Some(failure) = err.downcast_ref::<BodyFailure>() {
+            return failure.api_error();
+        }
+        source = err.source();
+    }
+    ApiError::BadRequest(format!("cannot read request body: {e}"))
+}
+
+/// What one connection needs to know about its limits.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnOpts {
+    /// The server's name, for metrics.
+    pub server: &'static str,
+    /// When it opened ([`mono_ms`]).
+    pub opened: u64,
+    /// Its timeouts.
+    pub limits: ConnectionConfig,
+    /// Whether HTTP/1.1 is served beside HTTP/2.
+    pub http1: bool,
+}
+
+impl ConnOpts {
+    /// Why the connection must close now, if it must; `evicted` says the server asked.
+    /// `head` checks the HTTP/1.1 request-head timeout.
+    pub fn verdict(&self, stamp: &RxStamp, evicted: bool, head: bool) -> Option<Closed> {
+        let now = mono_ms();
+        let idle = stamp.idle_ms(now, self.opened);
+        if evicted && idle.is_some() {
+            return Some(Closed::Evicted);
+        }
+        if head && stamp.head_waiting_ms(now).is_some_and(|ms| ms > self.limits.header_read_timeout.as_millis() as u64) {
+            return Some(Closed::HeaderTimeout);
+        }
+        let idle_limit = self.limits.idle_timeout.as_millis() as u64;
+        if idle_limit > 0 && idle.is_some_and(|ms| ms > idle_limit) {
+            return Some(Closed::Idle);
+        }
+        None
+    }
+
+    /// How often to check.
+    pub fn tick(&self) -> Duration {
+        let l = &self.limits;
+        tick(&[l.header_read_timeout, l.idle_timeout, l.http2_keepalive_interval, l.http2_keepalive_timeout])
+    }
 }

@@ -24,7 +24,7 @@
 //! and every later stream starts with the full window again. h2 allows one SETTINGS
 //! change in flight; the next waits for the peer's acknowledgement.
 
-use super::rxstamp::RxStamp;
+use crate::receiver::connection::stamp::RxStamp;
 use axum::Router;
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
@@ -41,8 +41,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-/// The first bytes of every HTTP/2 connection, the client preface (RFC 9113 3.4).
-pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub use crate::receiver::connection::stamp::PREFACE;
 
 thread_local! {
     /// Set while a new stream is polled on its connection's task.
@@ -92,7 +91,7 @@ pub struct H2Settings {
     /// The initial stream window (`http2_stream_window_bytes`) while not refusing.
     pub stream_window: u32,
     /// Timeouts and keepalive.
-    pub opts: super::server::ConnOpts,
+    pub opts: crate::receiver::connection::hygiene::ConnOpts,
 }
 
 /// What the connection and its streams share to decide the window.
@@ -412,7 +411,7 @@ where
         c = tokio::time::timeout(opts.limits.header_read_timeout, builder.handshake::<_, Bytes>(io)) => match c {
             Ok(c) => c?,
             Err(_) => {
-                super::hygiene::Closed::HeaderTimeout.count(opts.server);
+                crate::receiver::connection::hygiene::Closed::HeaderTimeout.count(opts.server);
                 return Ok(());
             }
         },
@@ -452,7 +451,7 @@ where
             let _ = check.as_mut().poll(cx);
         }
         if due || evicted {
-            let now = super::rxstamp::mono_ms();
+            let now = crate::receiver::connection::stamp::mono_ms();
             if let Some(since) = closing_since {
                 // The GOAWAY could not be flushed (a peer that does not read): drop it.
                 if now.saturating_sub(since) > 1000 {
@@ -472,7 +471,7 @@ where
             } else {
                 match pong_due {
                     Some(due) if now > due => {
-                        super::hygiene::Closed::KeepaliveTimeout.count(opts.server);
+                        crate::receiver::connection::hygiene::Closed::KeepaliveTimeout.count(opts.server);
                         return Poll::Ready(Ok(()));
                     }
                     Some(_) => {}
@@ -540,7 +539,8 @@ fn start_stream(
     body_timeout: std::time::Duration,
 ) {
     let slot = UnreadSlot::default();
-    let mut request = request.map(|recv| super::hygiene::Deadline::new(H2Body::new(recv, Arc::clone(window), slot.clone()), body_timeout));
+    let mut request = request
+        .map(|recv| crate::receiver::connection::hygiene::Deadline::new(H2Body::new(recv, Arc::clone(window), slot.clone()), body_timeout));
     request.extensions_mut().insert(stamp.clone());
     request.extensions_mut().insert(slot.clone());
     let busy = stamp.busy();
@@ -562,10 +562,10 @@ fn start_stream(
 /// One stream: the app's answer, then its body, until done or reset by the client.
 async fn stream(
     app: Router,
-    request: Request<super::hygiene::Deadline<H2Body>>,
+    request: Request<crate::receiver::connection::hygiene::Deadline<H2Body>>,
     mut respond: SendResponse<Bytes>,
     window: Arc<WindowState>,
-    _busy: super::rxstamp::Busy,
+    _busy: crate::receiver::connection::stamp::Busy,
     unread: UnreadSlot,
 ) {
     let call = tower::ServiceExt::oneshot(app, request);
@@ -735,7 +735,7 @@ async fn send_body(body: axum::body::Body, send: &mut SendStream<Bytes>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::receiver::server::{serve, Listen, ServerHandle};
+    use crate::receiver::connection::listener::{serve, Listen, ServerHandle};
     use axum::routing::post;
     use http::StatusCode;
     use http_body_util::BodyExt;

@@ -251,7 +251,10 @@ enum Kind {
 
 /// What a connection's first read must start with to count as HTTP/2: the client
 /// preface's first line (the rest may arrive in a later read).
-const H2_PREFACE: &[u8] = super::h2conn::PREFACE.split_at(16).0;
+/// The first bytes of every HTTP/2 connection, the client preface (RFC 9113 3.4).
+pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+const H2_PREFACE: &[u8] = PREFACE.split_at(16).0;
 
 /// Asks the kernel to timestamp what arrives on `fd`; false if it refused.
 fn ask_for_stamps(fd: libc::c_int) -> bool {

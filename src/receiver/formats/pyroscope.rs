@@ -4,12 +4,12 @@
 //! (connect-rpc unary, binary protobuf or JSON). Profiles become OTLP profiles and are
 //! exported like the OTLP ones; classified as profiles for the throttle.
 
-use super::http::read_body;
-use super::response::ApiError;
-use super::{count_request, Ingest, Tenant};
 use crate::config::ServerKind;
 use crate::otlp::profiles::{from_folded, from_pprof, resource};
 use crate::pyroscope_push::PushRequest;
+use crate::receiver::connection::hygiene::read_body;
+use crate::receiver::response::ApiError;
+use crate::receiver::{count_request, Ingest, Tenant};
 use crate::signal::{Payload, Signal};
 use crate::telemetry::names;
 use axum::body::Body;
@@ -179,7 +179,7 @@ fn finish(
             ok
         }
         Err(e) => {
-            super::count_rejection(ServerKind::Http, Signal::Profiles.as_str(), e.reason(), tenant, started.elapsed(), &e);
+            crate::receiver::count_rejection(ServerKind::Http, Signal::Profiles.as_str(), e.reason(), tenant, started.elapsed(), &e);
             err(e)
         }
     }
@@ -190,7 +190,7 @@ pub async fn ingest(ingest: Ingest, max_body: usize, req: Request<Body>) -> Resp
     let started = Instant::now();
     let tenant = req.extensions().get::<Tenant>().cloned();
     let result = ingest_inner(&ingest, max_body, req).await;
-    finish(result, started, tenant.as_ref(), Response::new(Body::empty()), |e| e.into_http(super::decode::Format::Json))
+    finish(result, started, tenant.as_ref(), Response::new(Body::empty()), |e| e.into_http(crate::receiver::format::Format::Json))
 }
 
 /// A connect-rpc error body: `{"code": "...", "message": "..."}`.

@@ -1,11 +1,13 @@
 //! OTLP/HTTP: `POST /v1/traces`, `/v1/metrics`, `/v1/logs`, `/v1development/profiles`.
 
-use super::decode::{self, Format};
-use super::response::ApiError;
-use super::routes::{self, Handler};
-use super::{count_request, Ingest, Tenant};
-use super::{promrw, pyroscope};
 use crate::config::ServerKind;
+use crate::receiver::connection::hygiene::read_body;
+use crate::receiver::format::Format;
+use crate::receiver::formats::{promrw, pyroscope};
+use crate::receiver::otlp::decode;
+use crate::receiver::response::ApiError;
+use crate::receiver::routes::{self, Handler};
+use crate::receiver::{count_request, Ingest, Tenant};
 use crate::signal::Signal;
 use crate::telemetry::names;
 use axum::body::Body;
@@ -13,7 +15,6 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, Request, Response, StatusCode};
 use axum::routing::post;
 use axum::Router;
-use http_body_util::BodyExt;
 use std::time::Instant;
 
 /// Shared handler state.
@@ -47,29 +48,6 @@ pub fn router(ingest: Ingest, max_request_body_bytes: usize) -> Router {
     r.fallback(not_found).with_state(state)
 }
 
-/// Reads a body up to `limit` bytes; more is a 413.
-pub async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
-    let limited = http_body_util::Limited::new(body, limit);
-    match limited.collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) => Err(body_error(e, limit)),
-    }
-}
-
-fn body_error(e: Box<dyn std::error::Error + Send + Sync>, limit: usize) -> ApiError {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
-    while let Some(err) = source {
-        if err.is::<http_body_util::LengthLimitError>() {
-            return ApiError::PayloadTooLarge(format!("request body exceeds the limit of {limit} bytes"));
-        }
-        if let Some(failure) = err.downcast_ref::<super::hygiene::BodyFailure>() {
-            return failure.api_error();
-        }
-        source = err.source();
-    }
-    ApiError::BadRequest(format!("cannot read request body: {e}"))
-}
-
 async fn export(State(st): State<HttpState>, signal: Signal, req: Request<Body>) -> Response<Body> {
     let started = Instant::now();
     let tenant = req.extensions().get::<Tenant>().cloned();
@@ -89,9 +67,9 @@ async fn export(State(st): State<HttpState>, signal: Signal, req: Request<Body>)
             resp
         }
         Err(err) => {
-            super::count_rejection(ServerKind::Http, signal.as_str(), err.reason(), tenant.as_ref(), started.elapsed(), &err);
+            crate::receiver::count_rejection(ServerKind::Http, signal.as_str(), err.reason(), tenant.as_ref(), started.elapsed(), &err);
             let mut resp = err.into_http(error_format);
-            resp.extensions_mut().insert(super::RefusalLogged);
+            resp.extensions_mut().insert(crate::receiver::RefusalLogged);
             resp
         }
     }

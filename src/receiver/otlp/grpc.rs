@@ -6,12 +6,13 @@
 //! which checks and counts traces, metrics and logs on the wire and keeps their bytes
 //! (profiles are decoded), exactly as the HTTP receiver does.
 
-use super::decode::{self, Format, QUOTA_MESSAGE};
-use super::middleware::GrpcSettings;
-use super::response::ApiError;
-use super::{count_request, Ingest, Tenant};
 use crate::config::ServerKind;
 use crate::otlp::codec::BytesCodec;
+use crate::receiver::format::Format;
+use crate::receiver::middleware::GrpcSettings;
+use crate::receiver::otlp::decode::{self, QUOTA_MESSAGE};
+use crate::receiver::response::ApiError;
+use crate::receiver::{count_request, Ingest, Tenant};
 use crate::signal::Signal;
 use crate::telemetry::names;
 use axum::body::Body;
@@ -53,7 +54,7 @@ impl Export {
                 Ok(Response::new(body))
             }
             Err(e) => {
-                super::count_rejection(ServerKind::Grpc, signal.as_str(), e.reason(), tenant.as_ref(), started.elapsed(), &e);
+                crate::receiver::count_rejection(ServerKind::Grpc, signal.as_str(), e.reason(), tenant.as_ref(), started.elapsed(), &e);
                 Err(e.into_grpc_status())
             }
         }

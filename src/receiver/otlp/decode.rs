@@ -1,8 +1,9 @@
 //! Body formats: every request body is decoded, and every success response encoded,
 //! through this module, so OTLP/JSON plugs in here.
 
-use super::response::ApiError;
 use crate::otlp::wire;
+use crate::receiver::format::Format;
+use crate::receiver::response::ApiError;
 use crate::signal::{Encoded, Payload, Signal};
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
@@ -10,42 +11,6 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceReq
 use opentelemetry_proto::tonic::collector::profiles::v1development::{ExportProfilesServiceRequest, ExportProfilesServiceResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use prost::Message;
-
-/// A body format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// `application/x-protobuf`.
-    Protobuf,
-    /// `application/json`.
-    Json,
-}
-
-impl Format {
-    /// Parses a Content-Type value (parameters such as `charset` are ignored).
-    pub fn from_content_type(value: &str) -> Option<Format> {
-        let media = value.split(';').next().unwrap_or("").trim();
-        if media.eq_ignore_ascii_case("application/x-protobuf") || media.eq_ignore_ascii_case("application/protobuf") {
-            Some(Format::Protobuf)
-        } else if media.eq_ignore_ascii_case("application/json") {
-            Some(Format::Json)
-        } else {
-            None
-        }
-    }
-
-    /// The format for error bodies: the request's, or JSON (readable) when it is unknown.
-    pub fn for_errors(content_type: Option<&str>) -> Format {
-        content_type.and_then(Format::from_content_type).unwrap_or(Format::Json)
-    }
-
-    /// The Content-Type to answer with.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Format::Protobuf => "application/x-protobuf",
-            Format::Json => "application/json",
-        }
-    }
-}
 
 /// Turns an export request body into a payload.
 pub fn decode(signal: Signal, format: Format, body: Bytes) -> Result<Payload, ApiError> {

@@ -11,9 +11,9 @@
 //! is answered. One request alone always fits (its own body limits bound it), so a
 //! budget smaller than the largest body never locks that body out.
 
-use super::middleware::reject;
-use super::response::ApiError;
 use crate::config::ServerKind;
+use crate::receiver::middleware::refuse::reject;
+use crate::receiver::response::ApiError;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{Request, Response};
@@ -184,7 +184,7 @@ struct Charged {
 
 impl Charged {
     fn over(&self) -> axum::Error {
-        axum::Error::new(super::hygiene::BodyFailure::new(self.charge.refusal()))
+        axum::Error::new(crate::receiver::connection::hygiene::BodyFailure::new(self.charge.refusal()))
     }
 }
 
@@ -233,7 +233,7 @@ pub(crate) async fn charge_bodies(
     req: Request<Body>,
     next: Next,
 ) -> Response<Body> {
-    let declared = super::middleware::declared_len(&req);
+    let declared = crate::receiver::middleware::refuse::declared_len(&req);
     // Over already with what it declares: refused here, before anything else looks at it.
     if let Some(n) = declared {
         let used = budget.used();
@@ -242,7 +242,7 @@ pub(crate) async fn charge_bodies(
             let resp = reject(kind, &req, err, Instant::now());
             // As any refusal: over HTTP/1.1 a modest body is read away (or the connection
             // closed lingering), so the client reads the answer rather than a reset.
-            return match super::middleware::drain::finish(req, resp) {
+            return match crate::receiver::middleware::drain::finish(req, resp) {
                 Ok(resp) => resp,
                 Err(draining) => draining.await,
             };

@@ -3,12 +3,12 @@
 //! point: `__name__` is the metric name, the other labels are attributes, timestamps go
 //! from milliseconds to nanoseconds. Classified as metrics for the throttle.
 
-use super::http::read_body;
-use super::response::ApiError;
-use super::{count_request, Ingest, Tenant};
 use crate::compression::{decompress, DecompressError, Encoding};
 use crate::config::ServerKind;
 use crate::prompb::{Label, WriteRequest};
+use crate::receiver::connection::hygiene::read_body;
+use crate::receiver::response::ApiError;
+use crate::receiver::{count_request, Ingest, Tenant};
 use crate::signal::{Payload, Signal};
 use crate::telemetry::names;
 use axum::body::Body;
@@ -121,14 +121,14 @@ async fn handle(ingest: &Ingest, max_body: usize, req: Request<Body>) -> Result<
         WriteRequest::decode(plain.as_slice()).map_err(|e| ApiError::BadRequest(format!("cannot decode prometheus.WriteRequest: {e}")))?;
     let otlp = to_otlp(&wr)?;
     // Remote write has no partial success: items over a quota are counted as rejected.
-    ingest.accept_from(super::decode::compact(Payload::Metrics(otlp)), ServerKind::Http, tenant.as_ref()).await.map(|_| ())
+    ingest.accept_from(crate::receiver::otlp::decode::compact(Payload::Metrics(otlp)), ServerKind::Http, tenant.as_ref()).await.map(|_| ())
 }
 
 /// The handler for both paths: 204 on success.
 pub async fn write(ingest: Ingest, max_body: usize, req: Request<Body>) -> Response<Body> {
     let started = Instant::now();
     let tenant = req.extensions().get::<Tenant>().cloned();
-    let format = super::decode::Format::Protobuf;
+    let format = crate::receiver::format::Format::Protobuf;
     match handle(&ingest, max_body, req).await {
         Ok(()) => {
             count_request(ServerKind::Http, Signal::Metrics.as_str(), "accepted", tenant.as_ref(), started.elapsed());
@@ -137,7 +137,14 @@ pub async fn write(ingest: Ingest, max_body: usize, req: Request<Body>) -> Respo
             r
         }
         Err(e) => {
-            super::count_rejection(ServerKind::Http, Signal::Metrics.as_str(), e.reason(), tenant.as_ref(), started.elapsed(), &e);
+            crate::receiver::count_rejection(
+                ServerKind::Http,
+                Signal::Metrics.as_str(),
+                e.reason(),
+                tenant.as_ref(),
+                started.elapsed(),
+                &e,
+            );
             e.into_http(format)
         }
     }
