@@ -174,9 +174,8 @@ pub fn compress(encoding: Encoding, data: &[u8]) -> std::io::Result<Vec<u8>> {
 
 /// Whole-buffer inflaters for bodies that state their size. Each returns `None` for
 /// anything it does not finish cleanly; the caller then streams, which is bounded and
-/// explains the failure. Measured on the 512-span body (`cargo bench --bench inflate`):
-/// libdeflate inflates gzip at more than twice the rate of flate2 on zlib-rs, streaming
-/// or one-shot, which is why gzip goes through it.
+/// explains the failure. gzip goes through libdeflate because it inflates faster than
+/// flate2 on zlib-rs, streaming or one-shot (`docs/benchmarks.md#compressed-bodies`).
 mod one_shot {
     use libdeflate_sys as ld;
     use std::cell::RefCell;

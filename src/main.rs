@@ -9,9 +9,9 @@ use std::process::ExitCode;
 // purges dirty pages on a timer for every arena, whichever thread freed them; glibc
 // malloc keeps freed memory (dynamic mmap threshold), and mimalloc only purges a
 // thread's pages when that thread runs again, so memory freed by the exporter but
-// allocated by a now-idle receiver thread stayed charged (seen: 0.42 of the limit held
-// for 60 s after the load stopped). dirty_decay_ms: freed pages go back within ~1 s;
-// muzzy_decay_ms 0: returned with MADV_DONTNEED (uncharged at once), not MADV_FREE.
+// allocated by a now-idle receiver thread stays charged (docs/overload.md, "Memory must
+// come back"). dirty_decay_ms: freed pages go back within ~1 s; muzzy_decay_ms 0:
+// returned with MADV_DONTNEED (uncharged at once), not MADV_FREE.
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -1,7 +1,7 @@
-//! The CPU-vs-P99 knee learner (seed 000 §9): per 5% CPU bucket a ring of recent
-//! request latencies; P99 per bucket with enough samples; the first bucket whose P99
-//! rises more than `knee_ratio` over the previous valid one is the knee. The throttle's
-//! effective CPU enter line becomes min(learned, configured).
+//! The CPU-vs-P99 knee learner: per 5% CPU bucket a ring of recent request latencies;
+//! P99 per bucket with enough samples; the first bucket whose P99 rises more than
+//! `knee_ratio` over the previous valid one is the knee. The throttle's effective CPU
+//! enter line becomes min(learned, configured).
 //!
 //! Guard rails (rather under-limit than mis-limit): a rise must also exceed
 //! `min_delta_ms` in absolute terms (sub-millisecond noise is no knee), and the learned
@@ -182,7 +182,7 @@ mod tests {
 
     #[test]
     fn finds_the_first_nonlinear_rise() {
-        // The seed's example: P99 8 ms at 30%, 19 ms at 50% (+137%) → knee 50%.
+        // P99 8 ms at 30%, 19 ms at 50% (+137%) → knee 50%.
         let k = KneeLearner::new(0.5, 1.0, 0.3, 5_000_000_000);
         fill(&k, 0.31, 8.0);
         fill(&k, 0.52, 19.0);

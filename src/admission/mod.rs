@@ -1,4 +1,4 @@
-//! Admission layers (seed 000), evaluated after the throttle's decision and before the
+//! Admission layers, evaluated after the throttle's decision and before the
 //! body is read, short-circuiting in this order:
 //!
 //! 0. queue delay ([`Admission::check_queue_delay`], called by the throttle layer with the
@@ -16,7 +16,7 @@
 //!    when a water level is above its enter line and in-flight exceeds it, then keep
 //!    checking for a 1 s cool-off.
 //!
-//! Principle (seed 000, "rather under-limit than mis-limit"): layers 0 and 2-4 refuse only
+//! Principle, rather under-limit than mis-limit: layers 0 and 2-4 refuse only
 //! while some water level is above its exit line (layer 0 also while this sample's CPU
 //! is). On an idle machine nothing is refused, however odd the windows look or however
 //! long a request waited. A property test holds the code to that.
@@ -228,7 +228,7 @@ impl Admission {
             joined_total: std::sync::atomic::AtomicU64::new(0),
             pid_gauge: metrics::gauge!(crate::telemetry::names::PID_RATE),
             state: Mutex::new(State {
-                // Arrivals: 5 s in 50 buckets (seed 000); pass and RT: the BBR window.
+                // Arrivals: 5 s in 50 buckets; pass and RT: the BBR window.
                 arrival: RollingWindow::new(50, SEC / 10),
                 pass: RollingWindow::new(b.buckets, bucket),
                 recent_pass: RollingWindow::new(10, SEC / 10),
@@ -343,8 +343,8 @@ impl Admission {
     /// Joins the line while weir is not busy and the cap is the adaptive limit: any body
     /// may wait, with no bound, and after the wait it is let in whatever the limit
     /// ([`Admission::admit_waited`]). A calm machine thus refuses nothing for concurrency
-    /// (a bound here refused work that waits on I/O, where more requests are in flight
-    /// than the limit has learnt yet), while a crowd arriving at once (a storm's first
+    /// (a bound here would refuse work that waits on I/O, where more requests are in
+    /// flight than the limit has learnt yet), while a crowd arriving at once (a storm's first
     /// moments, before the CPU level shows it) is served a few at a time for one wait
     /// instead of all sharing the cores at once. Pair a true with [`Admission::leave_line`].
     pub fn join_line_calm(&self, now: u64, p: Pressure) -> bool {
@@ -461,8 +461,8 @@ impl Admission {
     /// arrival over the limit while it is in force). On a calm machine
     /// nothing is refused for concurrency. The hold keeps the limit in force through the
     /// dips it causes itself: a limit too low for the moment (work that waits on I/O)
-    /// leaves the CPU idle, and dropping it then let a flood in that the next sample
-    /// refused again, so the limit never saw the calm windows it needs to rise.
+    /// leaves the CPU idle, and dropping it then would let in a flood that the next sample
+    /// refuses again, so the limit would never see the calm windows it needs to rise.
     fn busy(&self, p: Pressure, now: u64) -> bool {
         if pressed(&self.cfg.load(), p) {
             self.extend_busy(now);
@@ -486,11 +486,10 @@ impl Admission {
         let arrival_rate = st.arrival.max_sum(now) * st.arrival.buckets_per_second();
         // The rate caps (slow start, burst damping) count admissions per second, so once a
         // second's share is spent everything is refused until the next one, and with the
-        // in-flight cap a core then idles out the rest of the second: the retry-at-once
-        // storm's CPU dipped to 70-85% once a second for the first 30 s (slow start's
-        // ramp), and the idle core was the goodput lost. A request that finds a core with
-        // nothing in flight costs no other request any latency, so the caps refuse only
-        // while every core has one.
+        // in-flight cap a core would idle out the rest of the second, goodput lost. A
+        // request that finds a core with nothing in flight costs no other request any
+        // latency, so the caps refuse only while every core has one
+        // (docs/overload.md#admission-layers).
         let cores_busy = inflight as f64 >= self.cores.ceil().max(1.0);
         // 2. Slow start, re-entered when the pass window has gone sparse.
         let ss = &cfg.slow_start;
@@ -628,10 +627,8 @@ impl Admission {
     /// `declared` is the refused request's body length, when its headers state one. Then
     /// the rate is also reckoned for requests of that size, completed bytes per second ÷
     /// `declared`, and the lower of the two counts. A second of completions still
-    /// remembers the requests before a change: when 512 clients switched from 30 KB to
-    /// 700 KB bodies, the first herd was held for the small bodies' rate (a few ms), came
-    /// back at once, and the first two seconds of the phase refused three to four times
-    /// as many as later. Completed bytes over the same second are the small bodies'
+    /// remembers the requests before a change, so when the bodies grow the first herd
+    /// would be held for the small bodies' rate and come straight back. Completed bytes over the same second are the small bodies'
     /// bytes too, but divided by the large size they give a rate at most that low. A hold
     /// too long costs little while the admitted clients come straight back (they keep
     /// the core busy), and a core left idle answers held refusals early.

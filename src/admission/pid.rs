@@ -1,6 +1,6 @@
-//! The PID rate controller (seed 004, 4.1), `receiver.throttle.pid`: it turns a CPU
-//! setpoint into an allowed admission rate, and the admission layers refuse what is
-//! above that rate with the same answer as the other layers.
+//! The PID rate controller, `receiver.throttle.pid`: it turns a CPU setpoint into an
+//! allowed admission rate, and the admission layers refuse what is above that rate with
+//! the same answer as the other layers (`docs/overload.md#the-pid-rate-controller`).
 //!
 //! - **One controller, shared by every record type.** It steers one quantity, the
 //!   process's CPU, so one rate is what it can set. Which record types give way first

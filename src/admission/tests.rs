@@ -152,7 +152,7 @@ fn bbr_refuses_over_littles_law_only_when_overloaded() {
     let mut c = cfg();
     c.slow_start.enabled = false;
     c.burst_damping.enabled = false;
-    c.bbr.headroom = 1.0; // the seed's formula exactly
+    c.bbr.headroom = 1.0; // Little's law, unscaled
     let a = Admission::new(&c, 1.0);
     // 10 passes per 100 ms bucket, 10 ms each: maxInFlight = 10 * 10 * 10 / 1000 = 1.
     let mut now = 0;

@@ -1,7 +1,7 @@
-//! A lazily advanced rolling window of time buckets (seed 000 §8): no background timer;
-//! buckets are rotated when written or read, aligned to whole bucket durations so they
-//! never drift. Time is passed in (nanoseconds since an origin), so tests and the
-//! simulator drive it deterministically.
+//! A lazily advanced rolling window of time buckets: no background timer; buckets are
+//! rotated when written or read, aligned to whole bucket durations so they never drift.
+//! Time is passed in (nanoseconds since an origin), so tests and the simulator drive it
+//! deterministically.
 
 /// One bucket: a sum and a count.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

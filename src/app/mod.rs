@@ -140,12 +140,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     pipeline_config.queue.max_bytes = queue_bytes(&config);
     tracing::info!(bytes = pipeline_config.queue.max_bytes, "pipeline queue: byte budget");
     let (pipeline, tasks) = Pipeline::start(&pipeline_config, exporters)?;
-    metrics::gauge!(telemetry::names::QUEUE_MAX_BYTES).set(pipeline_config.queue.max_bytes as f64);
-    if let Some(d) = &config.pipeline.queue.disk {
-        metrics::gauge!(telemetry::names::DISK_MAX_BYTES).set(d.max_bytes as f64);
-    }
-    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-    metrics::gauge!(telemetry::names::START_TIME).set(started);
+    publish_start_gauges(&config, &pipeline_config);
     let ingest_base = Ingest::new(Arc::clone(&pipeline));
     let auth = AuthLayerState::with_quotas(&config.receiver.auth.all_tokens(), crate::quota::Quotas::from_config(&config.receiver.auth));
     let quota_sync = start_quota_sync(&config.receiver.auth, auth.as_ref());
@@ -156,21 +151,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     }
     throttle.manager.set_config_hash(config.hash());
     let ingest = ingest_base.with_priorities(Arc::clone(&throttle.manager)).with_item_quotas(auth.clone());
-    let mut routes = RouteRegistry::new();
-    // Each receiver declares its own routes.
-    for route in crate::receiver::routes::ROUTES {
-        routes.register(route.path, route.signal);
-    }
-    let ctx = HttpContext {
-        max_request_body_bytes: config.receiver.http_server.max_request_body_bytes,
-        throttle: Arc::clone(&throttle.manager),
-        admission: Arc::clone(&throttle.admission),
-        routes: Arc::new(routes),
-        queue: Some(Arc::clone(&pipeline)),
-        bodies: Arc::new(crate::receiver::middleware::budget::BodyBudget::new(body_budget(&config), config.pipeline.queue.retry_after)),
-        decompression_ratio: config.receiver.max_decompression_ratio,
-        grpc_max_message_bytes: config.receiver.grpc_server.max_recv_msg_size_bytes,
-    };
+    let ctx = http_context(&config, &throttle, &pipeline);
     tracing::info!(bytes = ctx.bodies.limit(), "request bodies in flight: memory budget");
     let open_files = raise_open_files();
     let conn_memory = memory_for_connections(&throttle);
@@ -247,6 +228,35 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         quota_sync,
         config: original,
     })
+}
+
+/// What the middlewares need: the route table, the throttle and the budgets.
+fn http_context(config: &Config, throttle: &Throttle, pipeline: &Arc<Pipeline>) -> HttpContext {
+    let mut routes = RouteRegistry::new();
+    // Each receiver declares its own routes.
+    for route in crate::receiver::routes::ROUTES {
+        routes.register(route.path, route.signal);
+    }
+    HttpContext {
+        max_request_body_bytes: config.receiver.http_server.max_request_body_bytes,
+        throttle: Arc::clone(&throttle.manager),
+        admission: Arc::clone(&throttle.admission),
+        routes: Arc::new(routes),
+        queue: Some(Arc::clone(pipeline)),
+        bodies: Arc::new(crate::receiver::middleware::budget::BodyBudget::new(body_budget(config), config.pipeline.queue.retry_after)),
+        decompression_ratio: config.receiver.max_decompression_ratio,
+        grpc_max_message_bytes: config.receiver.grpc_server.max_recv_msg_size_bytes,
+    }
+}
+
+/// The gauges that state the sizes weir started with.
+fn publish_start_gauges(config: &Config, pipeline_config: &crate::config::PipelineConfig) {
+    metrics::gauge!(telemetry::names::QUEUE_MAX_BYTES).set(pipeline_config.queue.max_bytes as f64);
+    if let Some(d) = &config.pipeline.queue.disk {
+        metrics::gauge!(telemetry::names::DISK_MAX_BYTES).set(d.max_bytes as f64);
+    }
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    metrics::gauge!(telemetry::names::START_TIME).set(started);
 }
 
 impl RunningApp {

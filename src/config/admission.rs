@@ -1,5 +1,6 @@
-//! The admission layers of seed 000 under `receiver.throttle`: in-flight hard cap, slow
-//! start, burst damping, BBR concurrency limit and the CPU knee learner.
+//! The admission layers under `receiver.throttle`: in-flight hard cap, slow start, burst
+//! damping, BBR concurrency limit and the CPU knee learner
+//! (`docs/overload.md#admission-layers`).
 
 use super::ConfigError;
 use serde::{Deserialize, Serialize};
@@ -44,9 +45,9 @@ pub struct BbrConfig {
     /// After a rejection, keep checking in-flight for this long (while above exit).
     #[serde(with = "humantime_serde")]
     pub cool_off: Duration,
-    /// Multiplier on the Little's-law estimate. 1.0 is the seed's formula; it leaves so
-    /// little queue that Poisson gaps idle the server (88.9% goodput at 1.2× load in the
-    /// simulator); 1.5 keeps goodput above 92% with a steady-overload P99 of 40-160 ms.
+    /// Multiplier on the Little's-law estimate. 1.0, the plain formula, leaves so little
+    /// queue that gaps between Poisson arrivals idle the server; 1.5 keeps goodput up
+    /// while still cutting the tail (`docs/overload.md#measurements-behind-the-defaults`).
     pub headroom: f64,
 }
 
@@ -68,8 +69,8 @@ pub struct QueueDelayConfig {
 
 /// Held refusals: a refused request is answered after a delay instead of at once, its
 /// body never decoded (over HTTP/1.1 read away during the hold up to 1 MiB, or left unread
-/// in the socket). A client that retries as soon as it is refused (the seed's loadgen
-/// loop, custom exporters, agents restarting together) then waits on a timer instead of
+/// in the socket). A client that retries as soon as it is refused (a naive retry loop,
+/// custom exporters, agents restarting together) then waits on a timer instead of
 /// making weir receive and refuse the same request thousands of times a second: refusing
 /// stops being the load. The delay spreads the held clients' returns
 /// over time so that they come back at about `return_ratio` × the rate weir completes
@@ -103,9 +104,9 @@ pub struct HoldConfig {
     /// set apart.
     pub deadline_return_ratio: Option<f64>,
     /// Refusals held at once, process-wide; past it a refusal is answered at once. A held
-    /// HTTP/1.1 refusal keeps its connection and hyper's buffers (about 100 KB measured
-    /// with 600 KB bodies), so this bounds what holding costs in memory. Refusals are also
-    /// answered at once while memory is above its enter line.
+    /// HTTP/1.1 refusal keeps its connection and hyper's buffers, so this bounds what
+    /// holding costs in memory. Refusals are also answered at once while memory is above
+    /// its enter line.
     pub max_held: usize,
     /// Bytes of unread HTTP/1.1 bodies that held refusals may leave in weir's socket
     /// buffers at once; a refusal that would pass it is answered at once. Only bodies a
@@ -116,10 +117,10 @@ pub struct HoldConfig {
     /// 0, the default, means: under cgroup v2, which charges socket buffers to the
     /// container (`sock` in `memory.stat`), the room between the memory enter line and
     /// what the container uses apart from socket buffers, re-read every sample; under
-    /// cgroup v1, which does not charge them, or without a memory limit, no bound. With
-    /// 512 clients holding 700 KB bodies unread the sockets reached 410-430 MiB, more than
-    /// a 300 MiB container, and the memory level (read once per sample) sees them only
-    /// after they arrived.
+    /// cgroup v1, which does not charge them, or without a memory limit, no bound. Unread
+    /// bodies of hundreds of held clients can outgrow a small container, and the memory
+    /// level (read once per sample) sees them only after they arrived
+    /// (`docs/overload.md#measurements-behind-the-defaults`).
     pub max_held_bytes: u64,
 }
 
@@ -238,16 +239,14 @@ impl HoldConfig {
 impl Default for HoldConfig {
     fn default() -> Self {
         // A refused large HTTP/1.1 body must still be read away, so held clients come back
-        // at a tenth of the completion rate, and
-        // weir answers held refusals early when a core is free (see
-        // `throttle::release_when_idle`), so a low ratio does not leave a core idle: in the
-        // retry-at-once storm (c=512, 600 KB bodies) 0.5 and 2 s left 300 refusals a
-        // second and 42% of the unloaded rate, and 0.1 beat 0.25 by 2-5% in every phase
-        // over HTTP/1.1 and h2c and by 3-13% over gRPC, with half the refusals (the
-        // return-ratio A/B under bench/results/). Below about 0.1 `max` is what binds
-        // with 512 clients. 5 s stays under the OpenTelemetry exporters' 10 s timeout.
-        // 1024 held: a phase's 512 clients plus those of the previous phase, still held
-        // after their clients left.
+        // at a tenth of the completion rate; weir answers held refusals early when a core
+        // is free (see `throttle::release_when_idle`), so a low ratio does not leave a core
+        // idle. Higher ratios and shorter holds let refusing become the load again
+        // (`docs/overload.md#measurements-behind-the-defaults`); below about 0.1 `max` is
+        // what binds with hundreds of clients. 5 s stays under the OpenTelemetry
+        // exporters' 10 s timeout.
+        // 1024 held: a crowd of 512 clients plus the refusals of the crowd before it,
+        // still held after their clients left.
         // 0.8 of a stated deadline: 8 s for the OpenTelemetry exporters' 10 s, 4 s for the
         // Collector's 5 s (which a 5 s `max` with jitter would cross).
         HoldConfig {
@@ -309,7 +308,7 @@ pub fn validate(
     Ok(())
 }
 
-/// Seed 004's connection and RTT signal as an optional overload input: when the open
+/// The connection and RTT signal as an optional overload input: when the open
 /// connections surge past `surge_ratio` × their baseline AND the smoothed RTT of weir's
 /// sockets rises past `rtt_ratio` × its baseline, the admission layers treat the system
 /// as overloaded even if CPU and memory have not caught up yet.

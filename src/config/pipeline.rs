@@ -35,7 +35,8 @@ pub struct QueueConfig {
     /// Retry-After given to clients when the queue is full.
     #[serde(with = "humantime_serde")]
     pub retry_after: Duration,
-    /// Share of `max_bytes` only `critical` traffic may use (seed 003 priorities).
+    /// Share of `max_bytes` only `critical` traffic may use, so a queue that lower
+    /// priority classes filled still takes critical payloads.
     pub critical_reserve: f64,
     /// A durable queue on disk; absent, the queue lives in memory (lost on a crash).
     pub disk: Option<DiskConfig>,
@@ -99,10 +100,10 @@ pub struct BatchConfig {
     /// Flush when a batch holds this many items (spans, data points, log records, profiles).
     pub max_items: usize,
     /// Flush before a batch's encoded size would pass this many bytes (one request larger
-    /// than this goes alone). Without it a batch of large items (4 KiB spans) grew to
-    /// 32 MiB: larger than most backends take in one gRPC message (4 MiB by default), and
-    /// as large as the whole queue budget, so the queue sat full until the batch timed
-    /// out and receivers answered 503 meanwhile.
+    /// than this goes alone). Without it a batch of large items can grow to the whole
+    /// queue budget: larger than most backends take in one gRPC message (4 MiB by
+    /// default), and the queue then sits full until the batch times out, receivers
+    /// answering 503 meanwhile.
     pub max_bytes: usize,
     /// Flush a non-empty batch after this long.
     #[serde(with = "humantime_serde")]

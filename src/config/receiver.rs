@@ -51,7 +51,7 @@ impl Default for ReceiverConfig {
 pub const DEFAULT_H2_STREAM_WINDOW: u32 = 1024 * 1024;
 
 /// The smallest stream window accepted. The protocol allows less, but below its own
-/// default (65535) some clients stall (seen with h2load at 16384: streams that never
+/// default (65535) some clients stall (h2load at 16384 leaves streams that never
 /// finish), and nothing is gained that 65535 does not give.
 pub const MIN_H2_STREAM_WINDOW: u32 = 65_535;
 

@@ -1,4 +1,5 @@
-//! `receiver.throttle`: the adaptive throttle (seed 002, 0x05h), with its defaults.
+//! `receiver.throttle`: the adaptive throttle, with its defaults
+//! (`docs/overload.md#overload-protection-receiverthrottle`).
 
 use super::auto::Auto;
 use super::ConfigError;
@@ -59,7 +60,7 @@ pub struct ThrottleConfig {
     pub knee: super::admission::KneeConfig,
     /// Refuse requests that waited too long before weir saw them, while busy.
     pub queue_delay: super::admission::QueueDelayConfig,
-    /// Connection surge + RTT degradation as an overload signal (seed 004).
+    /// Connection surge + RTT degradation as an overload signal.
     pub connection_signal: super::admission::ConnectionSignalConfig,
     /// Refusals answered after a delay, body unread (see [`super::admission::HoldConfig`]).
     pub hold: super::admission::HoldConfig,
@@ -94,7 +95,7 @@ pub struct ThresholdsConfig {
     /// memory lines are lowered (keeping their distances) until hard ≤ 1 − this ÷ limit.
     /// Memory is read once a sample, and a flood brings tens of MiB between two samples:
     /// a fraction of a small container leaves too little room (150 MiB at 0.92 leaves
-    /// 12 MiB, and the open-loop storm OOM-killed it). 0: the lines as written.
+    /// 12 MiB, less than one flood brings). 0: the lines as written.
     #[serde(default = "default_mem_headroom")]
     pub mem_headroom_bytes: u64,
 }
@@ -151,7 +152,8 @@ pub struct RulesConfig {
     pub profiles: Option<RuleConfig>,
 }
 
-/// A request's priority class (seed 003): in Shedding, lower classes go first.
+/// A request's priority class: in Shedding, lower classes go first
+/// (`docs/overload.md#admission-layers`, "Priority classes").
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq, Eq, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum Priority {
@@ -215,7 +217,7 @@ pub struct Rule {
 #[serde(deny_unknown_fields, default)]
 pub struct RetryAfterConfig {
     /// `derived`: from the state, how long the signals need to fall back, with jitter;
-    /// `random`: uniform in [min, max] (the seed's original 0–30 s).
+    /// `random`: uniform in [min, max] (`min: 0s, max: 30s` gives 0–30 s).
     pub mode: String,
     /// Lower bound.
     #[serde(with = "humantime_serde")]

@@ -40,13 +40,13 @@ impl Batch {
 /// and is sent again after the next start.
 #[derive(Debug)]
 pub struct Ack {
-    window: Arc<super::disk::reader::AckWindow>,
+    window: Arc<super::disk::ack::AckWindow>,
     seq: u64,
 }
 
 impl Ack {
     /// The batch `seq` of `window`.
-    pub fn new(window: Arc<super::disk::reader::AckWindow>, seq: u64) -> Self {
+    pub fn new(window: Arc<super::disk::ack::AckWindow>, seq: u64) -> Self {
         Ack { window, seq }
     }
 

@@ -1,4 +1,4 @@
-//! Per-tenant request quotas (seed 004's token bucket, as GCRA): `rate` requests per
+//! Per-tenant request quotas (a token bucket, as GCRA): `rate` requests per
 //! second with bursts of `burst`. A request over its tenant's quota is refused before its
 //! body is read, with the exact time until the next conforming request as Retry-After /
 //! RetryInfo. State exists only for configured tenants (unknown tokens never get past

@@ -1,7 +1,6 @@
 //! Fleet-wide tenant quotas (`receiver.auth.quota_store`): replicas share each tenant's
-//! `rate` and `items` quotas through Redis without any network call on the request path
-//! (seed 004's cross-instance token bucket state, reshaped so that the decision stays
-//! local).
+//! `rate` and `items` quotas through Redis without any network call on the request path:
+//! the fleet shares demand, not token bucket state, so that the decision stays local.
 //!
 //! Every replica keeps admitting against its local limiters, each set to a *share* of
 //! the configured quota. Every `sync_interval` it makes one script call to Redis that
@@ -38,9 +37,9 @@ use std::time::{Duration, Instant};
 pub const DOWN_AFTER: u32 = 2;
 /// Good syncs in a row before demand shares apply again after a fallback.
 pub const UP_AFTER: u32 = 2;
-/// The most a share moves per sync, as a fraction of the quota. (Half instead made no
-/// difference to the dip after a replica joins in `tests/fleet.rs`: 93.0% against
-/// 93.6% of the quota in its first 5 s.)
+/// The most a share moves per sync, as a fraction of the quota: enough to follow a
+/// replica that joins within a few syncs, small enough that one odd sync does not swing
+/// the quota (`docs/overload.md#measurements-behind-the-defaults`).
 pub const MAX_STEP: f64 = 0.25;
 /// The smallest share a replica keeps, times `1 / live`: a replica with no demand yet
 /// still admits a trickle until its next sync.

@@ -9,7 +9,7 @@ use crate::telemetry::names;
 /// The request metrics of the common case (no tenant), registered once after the
 /// recorder is installed, so counting a request does no label lookup in the registry
 /// (four labels hashed and compared, per request). Requests of named tenants, and any
-/// label outside these tables, go through the registry as before.
+/// label outside these tables, go through the registry.
 struct RequestMetrics {
     /// [protocol][signal][outcome], tenant `none`.
     requests: [[[metrics::Counter; OUTCOMES.len()]; SIGNAL_LABELS.len()]; 2],

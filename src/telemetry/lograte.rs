@@ -1,10 +1,11 @@
 //! Log lines that a flood of bad requests cannot multiply.
 //!
 //! A failed request is worth a log line to whoever debugs one client, and worth nothing
-//! when a broken or hostile client sends thousands a second: one line each turned a
-//! 6-second flood into 160 MB of log. A [`LineBudget`] lets `per_second` lines through
-//! in each wall-clock second and counts the rest; the first line let through in a later
-//! second says how many were left out before it, and
+//! when a broken or hostile client sends thousands a second: one line each would turn
+//! seconds of flood into a log of a hundred megabytes or more
+//! (`docs/overload.md#measurements-behind-the-defaults`). A [`LineBudget`] lets
+//! `per_second` lines through in each wall-clock second and counts the rest; the first
+//! line let through in a later second says how many were left out before it, and
 //! `weir_log_lines_suppressed_total{kind}` counts them all.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -14,8 +14,8 @@
 //! quota or a cpuset narrower than the machine binds, the usage of the cgroup that sets
 //! it against that limit; where nothing binds (a laptop, a systemd service without
 //! `CPUQuota`, a shared pod without limits), weir's own CPU time against the CPUs it may
-//! run on. Reading a shared cgroup's usage against weir's own CPUs made an idle weir
-//! pinned to one core read 199% while another process kept the other core busy.
+//! run on. A shared cgroup's usage is everyone's, so read against weir's own CPUs it would
+//! count a busy neighbour's load as weir's.
 //!
 //! `root` is the filesystem root (`/` in production), so tests run on fixture trees.
 

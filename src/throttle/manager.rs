@@ -113,7 +113,7 @@ pub enum Decision {
     },
 }
 
-/// Per-class drop probabilities for an overall drop probability `p` (seed 003): the
+/// Per-class drop probabilities for an overall drop probability `p`: the
 /// volume to drop, p × (sheddable + normal share), comes out of sheddable traffic first,
 /// then normal; critical traffic is never shed (only refused when Open). With one class
 /// only, that class drops with `p` exactly.
@@ -196,9 +196,8 @@ pub fn spare_shed(
     let leads = || priority.is_none_or(|p| leads_mix(&snap.class_share, p));
     // With the adaptive in-flight limit, a CPU past its lines says only that the cores are
     // busy, which is what they are for: how much work they take is the limit's call, made
-    // from latency. Refusing on top of it refused the work the limit would have taken
-    // (with 512 clients retrying at once, CPU-only Open turned a fifth of h2c's burst into
-    // 503s). A more important class arriving still takes precedence: the shed stands.
+    // from latency, and refusing on top of it would refuse work the limit would take. A
+    // more important class arriving still takes precedence: the shed stands.
     if admission.adaptive() && only_cpu_pressed(thresholds, &snap.level) && leads() {
         return Decision::Admit(Reason::InflightLimit);
     }
@@ -210,27 +209,24 @@ pub fn spare_shed(
 /// only the CPU level is high. The CPU level is a smoothed share of the last seconds, so
 /// it stays above its line for a while after the load has stopped being the CPU's: the
 /// admission layers may have emptied the core by then, and a shed of a request that finds
-/// the core idle refuses work that costs nothing to do. Clients that retry at once made
-/// this common: of about 11,600 refusals in one storm run, 1,660 were CPU sheds. The
-/// admission layers still judge the request (in-flight cap, BBR, queue delay), so a
-/// burst of arrivals finding one idle core does not all get in. Memory and disk pressure
-/// are not about idle cores: their sheds stand.
+/// the core idle refuses work that costs nothing to do (clients that retry at once make
+/// this common). The admission layers still judge the request (in-flight cap, BBR, queue
+/// delay), so a burst of arrivals finding one idle core does not all get in. Memory and
+/// disk pressure are not about idle cores: their sheds stand.
 ///
 /// The same holds for Open when only the CPU put it there: refusing is itself work for
 /// the core, so with clients that retry at once the CPU stays at its hard line on
-/// refusals alone and Open would refuse everything for as long as the storm lasts (a
-/// whole benchmark phase at 0 accepted). A request that finds a core free is admitted
-/// instead and still meets the in-flight limit; Open from memory or the disk stands.
+/// refusals alone and Open would refuse everything for as long as the storm lasts. A
+/// request that finds a core free is admitted instead and still meets the in-flight
+/// limit; Open from memory or the disk stands.
 ///
 /// [`core_free`] counts as idle also a core that is busy while nobody waits in its line
 /// (an in-flight cap with `max_inflight_wait`; see [`crate::admission::Admission::line_empty`])
 /// if no more important class is arriving ([`leads_mix`]): with a line the in-flight cap
 /// already holds the work to what the cores serve, and a shed then only takes away the
-/// request that was to be ready behind the one being served. With 512 clients retrying
-/// at once over h2c, CPU sheds refused about 34 requests a second, most of them from the
-/// clients being served, whose bodies were already on their way and were received to be
-/// thrown away; sparing them for an empty line cut that to 4-7 a second and raised
-/// bigpayload's accepted spans/s from 95-101K to 103-110K.
+/// request that was to be ready behind the one being served, often one whose body is
+/// already on its way and would be received only to be thrown away. (Measurements:
+/// `docs/overload.md#measurements-behind-the-defaults`.)
 pub fn spare_idle_core(decision: Decision, core_idle: bool, only_cpu_pressed: bool) -> Decision {
     match decision {
         Decision::Reject { reason: Reason::Shed | Reason::Open, .. } if core_idle && only_cpu_pressed => Decision::Admit(Reason::IdleCore),

@@ -1,4 +1,4 @@
-//! Throttle metrics (seed 002, 0x05i), named `weir_throttle_*`.
+//! Throttle metrics, named `weir_throttle_*` (listed in docs/metrics.md).
 
 use super::manager::Snapshot;
 use crate::config::ThrottleConfig;

@@ -1,11 +1,11 @@
-//! The adaptive throttle (seed 002): cgroup water levels, per-record-type state
+//! The adaptive throttle: cgroup water levels, per-record-type state
 //! machines, and a decision taken before a request body is read or decompressed.
 //!
 //! - [`cgroup`] reads capacity and usage (v1, v2, hybrid);
 //! - [`sampler`] turns readings into water levels and steps the [`state`] machines
 //!   (each a set of [`slot`]s), publishing an immutable [`manager::Snapshot`];
-//! - [`manager::decide`] is the pure decision; [`layer`] is the tower glue shared by
-//!   HTTP and gRPC; [`classify`] maps routes to record types.
+//! - [`manager::decide`] is the pure decision; its tower glue, shared by HTTP and
+//!   gRPC, is `receiver::middleware::throttle`; [`classify`] maps routes to record types.
 
 pub mod cgroup;
 pub mod classify;
@@ -79,7 +79,7 @@ pub fn uniform() -> f64 {
 pub struct Throttle {
     /// Shared by the adapters and the admin server.
     pub manager: Arc<ThrottleManager>,
-    /// The admission layers (seed 000), after the throttle's decision.
+    /// The admission layers, after the throttle's decision.
     pub admission: Arc<AdmissionClock>,
     /// The cgroup reader (for `/debug/throttle`).
     pub reader: Option<cgroup::CgroupReader>,
@@ -315,15 +315,14 @@ const IDLE_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
 /// Answers the longest-held refusal early when a core is free at a check (every
 /// [`IDLE_CHECK`]), or when every core is busy and nobody waits in the line for the next
 /// slot (see [`IdleRelease::step`]); while weir admits nothing between checks, twice as
-/// many on each next check (at most 64). A hold is sized from the recent completion rate, so when the
-/// clients being served are refused in turn (shedding drops a share of every client's
-/// requests) or go away (a benchmark phase ends), too few held clients come back and
-/// weir idles: measured, 3 s of a 10 s phase at 4% CPU with 512 clients held for 5 s.
-/// One release per check is at most 100 early answers a second; the doubling only runs
-/// while weir is wholly idle (releasing it at every free instant of a busy phase, small
-/// requests' gaps, turned the released clients into 5,000 refusals a second). Released,
-/// a client that retries at once finds the core free; one that honours Retry-After is
-/// told what is left of its delay as before.
+/// many on each next check (at most 64). A hold is sized from the recent completion rate,
+/// so when the clients being served are refused in turn or go away, too few held clients
+/// come back and the core would idle. One release per check is at most 100 early answers
+/// a second; the doubling runs only while weir is wholly idle, since releasing at every
+/// free instant of a busy core turns the released clients into a stream of refusals.
+/// Released, a client that retries at once finds the core free; one that honours
+/// Retry-After is told what is left of its delay. (Measurements:
+/// `docs/overload.md#measurements-behind-the-defaults`.)
 async fn release_when_idle(admission: Arc<AdmissionClock>, mut stop: watch::Receiver<bool>) {
     let mut release = IdleRelease::default();
     let mut last_admitted = admission.inner.admitted_total();
@@ -388,12 +387,11 @@ impl IdleRelease {
     /// does and none joined since the last check; `quiet`, nothing was admitted since the
     /// last check. A busy core with an empty line gets one: a client that retries at once
     /// waits in the line and the core goes straight on to it, as a calm mix of clients
-    /// keeps a request ready behind the one being served. Without it the line emptied
-    /// each time its waiting request was refused in turn (a share of every client's
-    /// requests is), and the core then idled until a hold ran out: over h2c with 512
-    /// clients, 97-99K accepted spans/s in bigpayload against 106K with it and 107-108K
-    /// with the throttle off. Counting a line that someone joined since the last check as
-    /// busy cut the refusals of that phase by a sixth (1,740 to 1,430).
+    /// keeps a request ready behind the one being served; otherwise the line empties each
+    /// time its waiting request is refused in turn and the core idles until a hold runs
+    /// out. A line someone joined since the last check counts as busy, so a released
+    /// client does not take the place of one being served (measurements:
+    /// `docs/overload.md#measurements-behind-the-defaults`).
     pub fn step(&mut self, idle: bool, line_empty: bool, quiet: bool) -> usize {
         let n = if idle { self.next } else { usize::from(line_empty) };
         self.next = if idle && quiet { (self.next * 2).min(Self::MAX) } else { 1 };
@@ -517,7 +515,7 @@ mod tests {
         assert_eq!((0..5).map(|_| r.step(false, true, true)).collect::<Vec<_>>(), [1; 5]);
         // Line full: none.
         assert_eq!(r.step(false, false, true), 0);
-        // Wholly idle and quiet: 1, 2, 4, as before.
+        // Wholly idle and quiet: 1, 2, 4.
         assert_eq!((0..3).map(|_| r.step(true, true, true)).collect::<Vec<_>>(), [1, 2, 4]);
         // Busy again: back to one, and the doubling starts over.
         assert_eq!(r.step(false, true, true), 1);

@@ -6,7 +6,7 @@
 //! fast EWMA to fall under hard the same way. Memory has no EWMA and falls as the
 //! pipeline drains, so it gets breach_n + 4 samples. The estimate is a lower bound on
 //! when there will be room; the request path adds up to 50% jitter so refused clients do
-//! not come back in one wave. `random` is the seed's uniform [min, max].
+//! not come back in one wave. `random` is a uniform delay in [min, max].
 
 use super::WaterLevel;
 use crate::config::ThrottleConfig;

@@ -1,4 +1,4 @@
-//! The three-state machine of one record type (seed 002, 0x02d). Going worse takes ANY
+//! The three-state machine of one record type. Going worse takes ANY
 //! slot (OR); recovering takes EVERY slot (AND); Open leaves by the exit line of the
 //! current frame.
 

@@ -1,21 +1,21 @@
 //! The JSON tree the OTLP/JSON decoder walks: keys and strings borrowed from the request
 //! body where they hold no escape, objects as their entries in document order.
 //!
-//! `serde_json::Value` made every key and every string a `String` and every object a
-//! `BTreeMap`, all freed again once the prost types were built: in a profile of the
-//! receiver decoding 700 KB trace bodies, building and dropping that tree (map inserts,
-//! allocation, frees) took about a quarter of the CPU. Here a string with no escape is a
-//! slice of the body, and an object is one `Vec` of its entries. serde_json still parses
-//! (and bounds nesting at 128 levels, so neither parsing nor dropping can overflow the
-//! stack).
+//! `serde_json::Value` makes every key and every string a `String` and every object a
+//! `BTreeMap`, all freed again once the prost types are built, and building and dropping
+//! that tree is a large share of decoding
+//! (`docs/benchmarks.md#measurements-behind-the-decoders`). Here a string with no escape
+//! is a slice of the body, and an object is one `Vec` of its entries. serde_json still
+//! parses (and bounds nesting at 128 levels, so neither parsing nor dropping can overflow
+//! the stack).
 //!
-//! A key that appears twice in one object keeps its last value, as `serde_json::Value`
-//! did: the earlier ones are dropped before the decoder sees them, so an invalid earlier
-//! copy is no error and a field that may be set once (an `AnyValue`'s value, a metric's
-//! data) is not refused for it. The remaining entries keep document order; the one
-//! difference from `serde_json::Value` is that when a field is given under both its
-//! spellings (`traceId` and `trace_id`), the later in the document wins, not the later
-//! in sorted order.
+//! A key that appears twice in one object keeps its last value, as with
+//! `serde_json::Value`: the earlier ones are dropped before the decoder sees them, so an
+//! invalid earlier copy is no error and a field that may be set once (an `AnyValue`'s
+//! value, a metric's data) is not refused for it. The remaining entries keep document
+//! order; the one difference from `serde_json::Value` is that when a field is given under
+//! both its spellings (`traceId` and `trace_id`), the later in the document wins, not the
+//! later in sorted order.
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
@@ -148,8 +148,7 @@ impl<'de> Visitor<'de> for ValueVisitor {
 /// Drops every entry whose key appears again later in the object. OTLP objects have a
 /// handful of keys, so a pairwise look costs less than hashing; a large object (a
 /// hostile one with thousands of keys) is checked in O(n log n) by sorting positions.
-/// Measured: 0.9% of the samples of decoding a 512-span request (`perf record` over
-/// `cargo bench --bench json -- decode_512x10/json/spans --profile-time 5`).
+/// Its cost is a small share of decoding (`docs/benchmarks.md#measurements-behind-the-decoders`).
 fn keep_last_of_each_key(entries: &mut Vec<(Key<'_>, Value<'_>)>) {
     let n = entries.len();
     if n < 2 {

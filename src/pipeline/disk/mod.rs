@@ -18,6 +18,7 @@
 //!
 //! Ids are dense, so lag in records is `last id - cursor`.
 
+pub mod ack;
 pub mod reader;
 pub mod record;
 pub mod segment;
@@ -84,7 +85,7 @@ pub(crate) struct CursorState {
     /// The first id of the segment its reader is in.
     reading: AtomicU64,
     /// Its reader's acknowledgement window.
-    window: Arc<reader::AckWindow>,
+    window: Arc<ack::AckWindow>,
     /// `weir_queue_exporter_lag_records` and `weir_queue_oldest_record_age_seconds` for
     /// it, registered once (the writer sets them after every group).
     lag: metrics::Gauge,
@@ -278,7 +279,7 @@ impl DiskQueue {
                 path,
                 persisted: AtomicU64::new(at),
                 reading: AtomicU64::new(0),
-                window: Arc::new(reader::AckWindow::starting_at(at)),
+                window: Arc::new(ack::AckWindow::starting_at(at)),
                 lag: metrics::gauge!(names::DISK_LAG_RECORDS, "exporter" => name.clone()),
                 age: metrics::gauge!(names::DISK_OLDEST_AGE, "exporter" => name.clone()),
             }));

@@ -1,91 +1,19 @@
-//! One exporter's reader: records in id order, batched, within a memory budget; the
-//! acknowledgement window that turns finished exports into a cursor.
+//! One exporter's reader: records in id order, batched, within a memory budget.
 
+use super::ack::AckWindow;
+use super::record::Record;
 use super::segment::{SegmentReader, Step};
 use super::{persist, Shared};
 use crate::pipeline::batch::{Ack, Batch};
 use crate::pipeline::queue::{ByteBudget, BytesPermit};
 use crate::signal::{Encoded, Payload, Signal};
 use crate::telemetry::names;
-use std::collections::VecDeque;
+use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-
-/// Batches handed out and not yet finished, in reading order. The cursor is the last id
-/// of the longest finished prefix.
-#[derive(Debug, Default)]
-pub struct AckWindow {
-    inner: Mutex<Window>,
-}
-
-#[derive(Debug, Default)]
-struct Window {
-    /// The sequence number of `entries[0]`.
-    base: u64,
-    /// (last id, append time of its oldest record, finished).
-    entries: VecDeque<(u64, u64, bool)>,
-    acked: u64,
-}
-
-impl AckWindow {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Window> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Starts at `acked`.
-    pub fn starting_at(acked: u64) -> Self {
-        AckWindow { inner: Mutex::new(Window { acked, ..Window::default() }) }
-    }
-
-    /// Adds a batch (or, `finished`, records skipped without one) ending at `last_id`;
-    /// returns its sequence number.
-    pub fn push(&self, last_id: u64, oldest_ts_ms: u64, finished: bool) -> u64 {
-        let mut w = self.lock();
-        w.entries.push_back((last_id, oldest_ts_ms, finished));
-        let seq = w.base + w.entries.len() as u64 - 1;
-        w.advance();
-        seq
-    }
-
-    /// Marks batch `seq` finished.
-    pub fn finish(&self, seq: u64) {
-        let mut w = self.lock();
-        if let Some(i) = seq.checked_sub(w.base) {
-            if let Some(e) = w.entries.get_mut(i as usize) {
-                e.2 = true;
-            }
-        }
-        w.advance();
-    }
-
-    /// Every record up to this id is finished.
-    pub fn acked(&self) -> u64 {
-        self.lock().acked
-    }
-
-    /// Batches handed out and not finished.
-    pub fn pending(&self) -> usize {
-        self.lock().entries.iter().filter(|e| !e.2).count()
-    }
-
-    /// Append time of the oldest record not finished, if any is out.
-    pub fn oldest_ts_ms(&self) -> Option<u64> {
-        self.lock().entries.front().map(|e| e.1)
-    }
-}
-
-impl Window {
-    fn advance(&mut self) {
-        while let Some(&(last, _, true)) = self.entries.front() {
-            self.acked = self.acked.max(last);
-            self.entries.pop_front();
-            self.base += 1;
-        }
-    }
-}
 
 /// The batch being filled.
 struct Open {
@@ -160,13 +88,7 @@ impl Reader {
         let mut published = self.shared.published.subscribe();
         let mut last_persist = Instant::now();
         let Some(mut seg) = self.shared.seg_for(cursor) else { return };
-        let mut file = match SegmentReader::open(&seg.path) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                tracing::warn!(segment = %seg.path.display(), error = %e, "cannot open a segment; skipped");
-                None
-            }
-        };
+        let mut file = open_segment(&seg.path);
         let mut at = 0u64;
         let mut max_seen = 0u64;
         let max_age_ms = self.shared.config.max_age.as_millis() as u64;
@@ -204,23 +126,9 @@ impl Reader {
                     at = next;
                     let m = rec.meta;
                     max_seen = max_seen.max(m.id);
-                    if m.id <= cursor {
-                        continue;
+                    if m.id > cursor {
+                        self.record(rec, max_age_ms).await;
                     }
-                    if m.id < self.shared.first_new_id {
-                        metrics::counter!(names::DISK_REPLAYED, "exporter" => self.name.clone()).increment(m.items as u64);
-                    }
-                    if max_age_ms > 0 && super::now_ms().saturating_sub(m.ts_ms) > max_age_ms {
-                        metrics::counter!(names::ITEMS_DROPPED, "signal" => m.signal.as_str(), "exporter" => self.name.clone(), "reason" => "max_age")
-                            .increment(m.items as u64);
-                        self.flush().await;
-                        self.window.push(m.id, m.ts_ms, true);
-                        continue;
-                    }
-                    let tenant = (self.split_tenants && !rec.tenant.is_empty())
-                        .then(|| std::str::from_utf8(&rec.tenant).ok().map(Arc::from))
-                        .flatten();
-                    self.add(m.id, m.ts_ms, m.signal, m.items as usize, rec.payload, tenant).await;
                 }
                 Ok(Step::Corrupt { why, resume }) => {
                     tracing::warn!(exporter = %self.name, segment = %seg.path.display(), offset = at, why, "damaged record skipped");
@@ -236,13 +144,7 @@ impl Reader {
                     self.shared.leave(&self.shared.cursors[self.index], seg.first_id, max_seen, next.first_id);
                     max_seen = 0;
                     seg = next;
-                    file = match SegmentReader::open(&seg.path) {
-                        Ok(f) => Some(f),
-                        Err(e) => {
-                            tracing::warn!(segment = %seg.path.display(), error = %e, "cannot open a segment; skipped");
-                            None
-                        }
-                    };
+                    file = open_segment(&seg.path);
                     at = 0;
                 }
                 Ok(Step::End) => self.wait(&mut published).await,
@@ -257,6 +159,24 @@ impl Reader {
         }
         // The open batch is not sent: its records stay on disk for the next start.
         self.open = None;
+    }
+
+    /// Hands on a record past the cursor: counted and skipped when older than `max_age`,
+    /// else added to the open batch.
+    async fn record(&mut self, rec: Record, max_age_ms: u64) {
+        let m = rec.meta;
+        if m.id < self.shared.first_new_id {
+            metrics::counter!(names::DISK_REPLAYED, "exporter" => self.name.clone()).increment(m.items as u64);
+        }
+        if max_age_ms > 0 && super::now_ms().saturating_sub(m.ts_ms) > max_age_ms {
+            metrics::counter!(names::ITEMS_DROPPED, "signal" => m.signal.as_str(), "exporter" => self.name.clone(), "reason" => "max_age")
+                .increment(m.items as u64);
+            self.flush().await;
+            self.window.push(m.id, m.ts_ms, true);
+            return;
+        }
+        let tenant = (self.split_tenants && !rec.tenant.is_empty()).then(|| std::str::from_utf8(&rec.tenant).ok().map(Arc::from)).flatten();
+        self.add(m.id, m.ts_ms, m.signal, m.items as usize, rec.payload, tenant).await;
     }
 
     /// Caught up: waits for new records, the open batch's deadline (then flushes it), a
@@ -354,6 +274,17 @@ impl Reader {
                 }
             }
             _ = self.stop.wait_for(|s| *s) => {}
+        }
+    }
+}
+
+/// Opens a segment; one that cannot be opened is skipped (logged), not fatal.
+fn open_segment(path: &Path) -> Option<SegmentReader> {
+    match SegmentReader::open(path) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            tracing::warn!(segment = %path.display(), error = %e, "cannot open a segment; skipped");
+            None
         }
     }
 }

@@ -224,12 +224,7 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
                 r = listener.accept() => match r {
                     Ok(x) => x,
                     Err(e) => {
-                        // Out of file descriptors, mostly: a line a second at most.
-                        static LINES: crate::telemetry::lograte::LineBudget = crate::telemetry::lograte::LineBudget::new("accept_failed", 1);
-                        if let Some(suppressed) = LINES.admit() {
-                            tracing::warn!(server = name, error = %e, suppressed, "accept failed");
-                        }
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        accept_failed(name, &e).await;
                         continue;
                     }
                 },
@@ -281,28 +276,7 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
                 let gauge = metrics::gauge!(names::CONNECTIONS, "server" => name);
                 gauge.increment(1.0);
                 let result = match tls {
-                    Some(acceptor) => {
-                        let handshake = tokio::time::timeout(connections.header_read_timeout, acceptor.accept(stream));
-                        let handshake = tokio::select! {
-                            h = handshake => Some(h),
-                            _ = evicted(&stamp) => None,
-                        };
-                        match handshake {
-                            Some(Ok(Ok(s))) => serve_connection(s, app, stamp, settings, stop).await,
-                            Some(Ok(Err(e))) => {
-                                tracing::debug!(server = name, %peer, error = %e, "TLS handshake failed");
-                                Ok(())
-                            }
-                            Some(Err(_)) => {
-                                Closed::HeaderTimeout.count(name);
-                                Ok(())
-                            }
-                            None => {
-                                Closed::Evicted.count(name);
-                                Ok(())
-                            }
-                        }
-                    }
+                    Some(acceptor) => serve_tls(acceptor, stream, app, stamp, settings, stop, peer).await,
                     None => serve_connection(stream, app, stamp, settings, stop).await,
                 };
                 if let Err(e) = result {
@@ -323,6 +297,50 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
         let _ = open_rx.recv().await;
     });
     Ok(ServerHandle { local_addr, stop, task })
+}
+
+/// A TLS handshake within the header timeout (an eviction ends it too), then the
+/// connection as any other.
+async fn serve_tls(
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: crate::receiver::connection::stamp::Stamped,
+    app: Router,
+    stamp: RxStamp,
+    settings: H2Settings,
+    stop: watch::Receiver<bool>,
+    peer: SocketAddr,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let name = settings.opts.server;
+    let handshake = tokio::time::timeout(settings.opts.limits.header_read_timeout, acceptor.accept(stream));
+    let handshake = tokio::select! {
+        h = handshake => Some(h),
+        _ = evicted(&stamp) => None,
+    };
+    match handshake {
+        Some(Ok(Ok(s))) => serve_connection(s, app, stamp, settings, stop).await,
+        Some(Ok(Err(e))) => {
+            tracing::debug!(server = name, %peer, error = %e, "TLS handshake failed");
+            Ok(())
+        }
+        Some(Err(_)) => {
+            Closed::HeaderTimeout.count(name);
+            Ok(())
+        }
+        None => {
+            Closed::Evicted.count(name);
+            Ok(())
+        }
+    }
+}
+
+/// Out of file descriptors, mostly: logged a line a second at most, and a pause before
+/// the next accept.
+async fn accept_failed(name: &str, e: &io::Error) {
+    static LINES: crate::telemetry::lograte::LineBudget = crate::telemetry::lograte::LineBudget::new("accept_failed", 1);
+    if let Some(suppressed) = LINES.admit() {
+        tracing::warn!(server = name, error = %e, suppressed, "accept failed");
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
 /// Resolves once the server asks the connection to close to make room.
@@ -400,6 +418,21 @@ where
     if h2 {
         return Ok(http2::serve(io, app, stamp, settings, stop_signal(stop)).await?);
     }
+    serve_http1(io, app, stamp, opts, stop).await
+}
+
+/// Serves HTTP/1.1 on hyper until the peer closes, the server stops or the connection's
+/// hygiene closes it; an answer given without reading the body lingers over the rest.
+async fn serve_http1<I>(
+    io: Rewind<I>,
+    app: Router,
+    stamp: RxStamp,
+    opts: ConnOpts,
+    stop: watch::Receiver<bool>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    I: AsyncRead + AsyncWrite + Discard + Unpin + Send + 'static,
+{
     let conn_stamp = stamp.clone();
     let body_limit = opts.limits.body_read_timeout;
     let svc = TowerToHyperService::new(tower::service_fn(move |req: Request<Incoming>| {

@@ -11,20 +11,15 @@
 //! is answered. One request alone always fits (its own body limits bound it), so a
 //! budget smaller than the largest body never locks that body out.
 
-use crate::config::ServerKind;
-use crate::receiver::middleware::refuse::reject;
 use crate::receiver::response::ApiError;
 use axum::body::Body;
-use axum::extract::State;
-use axum::http::{Request, Response};
-use axum::middleware::Next;
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Body bytes in memory, over both servers.
 pub const IN_FLIGHT: &str = "weir_receiver_body_bytes_in_flight";
@@ -78,7 +73,7 @@ impl BodyBudget {
     }
 
     /// The refusal when it is full.
-    fn refusal(&self) -> ApiError {
+    pub(crate) fn refusal(&self) -> ApiError {
         ApiError::BodyBudget {
             message: format!("request bodies in flight are at weir's memory budget ({} bytes); retry later", self.limit),
             retry_after: self.retry_after,
@@ -104,14 +99,14 @@ pub struct Charge {
 }
 
 impl Charge {
-    fn new(budget: Arc<BodyBudget>) -> Self {
+    pub(crate) fn new(budget: Arc<BodyBudget>) -> Self {
         Charge { budget, held: AtomicU64::new(0), discarding: std::sync::atomic::AtomicBool::new(false) }
     }
 
     /// The body will be read only to be dropped chunk by chunk (a refused request's, read
     /// away): what it holds is given back and nothing more is taken. Held refusals read
     /// their bodies while their clients wait out the hold; charged, hundreds of such reads
-    /// filled the budget and every other request was refused with 503.
+    /// would fill the budget and every other request would be refused with 503.
     pub fn discard(&self) {
         self.discarding.store(true, Ordering::Release);
         self.give_back(u64::MAX);
@@ -173,7 +168,7 @@ impl Drop for Charge {
 /// A request body, charged when it is first read: the declared length at once, the rest
 /// chunk by chunk. A request refused before its body is read (the throttle, a quota, a
 /// held refusal) never takes any of the budget.
-struct Charged {
+pub(crate) struct Charged {
     inner: Body,
     charge: Arc<Charge>,
     /// The declared length, still to be charged before the first read.
@@ -183,6 +178,11 @@ struct Charged {
 }
 
 impl Charged {
+    /// Wraps `inner`, to be charged to `charge` as it is read.
+    pub(crate) fn new(inner: Body, charge: Arc<Charge>, declared: Option<u64>) -> Self {
+        Charged { inner, charge, declared, prepaid: 0 }
+    }
+
     fn over(&self) -> axum::Error {
         axum::Error::new(crate::receiver::connection::hygiene::BodyFailure::new(self.charge.refusal()))
     }
@@ -224,35 +224,6 @@ impl http_body::Body for Charged {
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
     }
-}
-
-/// The layer every server runs inside auth: charges each request's body to the budget,
-/// refusing up front what declares more than fits.
-pub(crate) async fn charge_bodies(
-    State((kind, budget)): State<(ServerKind, Arc<BodyBudget>)>,
-    req: Request<Body>,
-    next: Next,
-) -> Response<Body> {
-    let declared = crate::receiver::middleware::refuse::declared_len(&req);
-    // Over already with what it declares: refused here, before anything else looks at it.
-    if let Some(n) = declared {
-        let used = budget.used();
-        if used > 0 && used.saturating_add(n) > budget.limit {
-            let err = budget.refusal();
-            let resp = reject(kind, &req, err, Instant::now());
-            // As any refusal: over HTTP/1.1 a modest body is read away (or the connection
-            // closed lingering), so the client reads the answer rather than a reset.
-            return match crate::receiver::middleware::drain::finish(req, resp) {
-                Ok(resp) => resp,
-                Err(draining) => draining.await,
-            };
-        }
-    }
-    let charge = Arc::new(Charge::new(budget));
-    let (mut parts, body) = req.into_parts();
-    parts.extensions.insert(Arc::clone(&charge));
-    let body = Body::new(Charged { inner: body, charge, declared, prepaid: 0 });
-    next.run(Request::from_parts(parts, body)).await
 }
 
 #[cfg(test)]

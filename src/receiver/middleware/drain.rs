@@ -80,10 +80,9 @@ pub fn refused_body(req: &Request<Body>, declared: Option<u64>) -> RefusedBody {
 /// A held refusal whose body is left unread for its hold (too large to read, or of
 /// unknown length) ends here too. Closing a held connection instead reads nothing itself,
 /// but the lingering close throws most of the body away in the kernel all the same, and a
-/// client that retries at once comes back on a new connection: in the retry-at-once storm
-/// weir took 18-19K new connections in a run that way and 1.6-1.7K keeping them, at the
-/// same accepted rate on loopback (`bench/results/2026-12-03/ab-held-readaway/`). A new
-/// connection costs more where there is TLS, a load balancer or a NAT table in between.
+/// client that retries at once comes back on a new connection each time
+/// (`docs/overload.md#measurements-behind-the-defaults`). A new connection costs more
+/// where there is TLS, a load balancer or a NAT table in between.
 pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<Body>, Draining> {
     let slot = match refused_body(&req, crate::receiver::middleware::refuse::declared_len(&req)) {
         RefusedBody::None => return Ok(resp),

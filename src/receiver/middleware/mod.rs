@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod budget;
+mod charge;
 mod cors;
 mod decompress;
 pub mod drain;

@@ -68,7 +68,7 @@ pub fn apply_http(
         };
     }
     router =
-        router.layer(from_fn_with_state((ServerKind::Http, Arc::clone(&ctx.bodies)), crate::receiver::middleware::budget::charge_bodies));
+        router.layer(from_fn_with_state((ServerKind::Http, Arc::clone(&ctx.bodies)), crate::receiver::middleware::charge::charge_bodies));
     if let Some(auth) = auth {
         router = router.layer(auth::AuthLayer::new(ServerKind::Http, auth));
     }
@@ -130,7 +130,7 @@ pub fn apply_grpc(
         };
     }
     router =
-        router.layer(from_fn_with_state((ServerKind::Grpc, Arc::clone(&ctx.bodies)), crate::receiver::middleware::budget::charge_bodies));
+        router.layer(from_fn_with_state((ServerKind::Grpc, Arc::clone(&ctx.bodies)), crate::receiver::middleware::charge::charge_bodies));
     if let Some(auth) = auth {
         router = router.layer(auth::AuthLayer::new(ServerKind::Grpc, auth));
     }

@@ -111,18 +111,15 @@ impl ThrottleLayer {
     }
 
     /// A full pipeline refuses only after the body was read and decoded (it learns the
-    /// payload's size then), and a client that retries at once makes weir pay for that
-    /// again and again: under a slow exporter, most of the CPU went to decoding requests
-    /// that were then refused. So the throttle refuses up front what cannot fit: no room
-    /// left, or less room than what an uncompressed body will take in the queue. For
-    /// protobuf that is its declared length. OTLP/JSON encodes to protobuf at between
-    /// about a third (small attributes: hex IDs and field names) and nine tenths (long
-    /// attribute values) of its size, so half its declared length counts: an idle weir
-    /// refuses no JSON body that would fit, and a nearly full queue reads fewer 700 KB
-    /// bodies only to refuse them after decoding. (Refusing JSON only on a full budget:
-    /// an open-loop flood of large JSON bodies, `scripts/bench-storm.sh` open-loop burst,
-    /// kept 8-22K accepted spans/s in three runs; counting half, 38K in one run; single
-    /// runs of that phase vary about twofold on this machine.)
+    /// payload's size then), and a client that retries at once would make weir decode the
+    /// same refused request again and again while a slow exporter is the bottleneck. So
+    /// the throttle refuses up front what cannot fit: no room left, or less room than what
+    /// an uncompressed body will take in the queue. For protobuf that is its declared
+    /// length. OTLP/JSON encodes to protobuf at between about a third (small attributes:
+    /// hex IDs and field names) and nine tenths (long attribute values) of its size, so
+    /// half its declared length counts: an idle weir refuses no JSON body that would fit,
+    /// and a nearly full queue reads fewer large bodies only to refuse them after decoding
+    /// (`docs/overload.md#measurements-behind-the-defaults`).
     /// Compressed bodies state no decoded size in their headers: only a full budget
     /// refuses them. The answer is the queue's own 503 with its retry delay, held like
     /// any refusal.
@@ -215,8 +212,8 @@ impl ThrottleLayer {
     /// Answers a refusal whose client should wait `retry_after`: held (see [`held`]), or
     /// at once. `err` makes the answer from the delay to announce: a held client has
     /// already waited out its hold, so it is told the rest (a client that honours it
-    /// waits about as long in all as without the hold; told the whole delay, it waited
-    /// for both, and such clients lost a tenth of their accepted rate). The rest is
+    /// waits about as long in all as without the hold; told the whole delay, it would
+    /// wait for both). The rest is
     /// reckoned from the time actually held, which is shorter than planned when a free
     /// core answers it early.
     /// `declared` is the body's stated length, read once in `Throttle::call`; it sizes
@@ -229,10 +226,10 @@ impl ThrottleLayer {
         err: impl FnOnce(std::time::Duration) -> ApiError + Send + 'static,
     ) -> Result<Response<Body>, drain::Draining> {
         // A held refusal keeps its connection and buffers: with memory above its enter
-        // line, refusals are answered at once (an open-loop flood held thousands of them
-        // and was OOM-killed in 300 MiB). Not the exit line: 512 held clients alone take
-        // a 300 MiB container past the bench's 0.60, and answering them at once brought
-        // the spinning back (HTTP/1.1 burst 100% -> 79% of A).
+        // line, refusals are answered at once, or a flood of held refusals could run the
+        // container out of memory. Not the exit line: held clients alone can lift a small
+        // container past it, and answering them at once brings the spinning back
+        // (docs/overload.md#measurements-behind-the-defaults).
         crate::receiver::connection::http2::discard_unread(req.extensions());
         // Over HTTP/1.1 a body a refusal may read (a declared length up to 1 MiB) is read
         // away while its client waits out the hold; a larger one, or one without a length,
@@ -390,16 +387,14 @@ async fn held(
     // HTTP/2: the body goes now; the head stays to shape the answer.
     let req = if req.version() < axum::http::Version::HTTP_2 { req } else { req.map(|_| Body::empty()) };
     // Read away now, dropped as it comes, so that nothing waits in weir's socket; the
-    // client still waits out the hold. Leaving such bodies unread for the hold put 410-430
-    // MiB in weir's sockets with 512 clients retrying at once (cgroup v2 charges that to
-    // the container), and the requests admitted in a phase's first seconds waited behind
-    // it (P99 300-550 ms against 8 ms); read first, the sockets peaked at 60-100 MiB and
-    // the P99 stayed at 10 ms, with the same accepted rate. The read is the one a refusal
+    // client still waits out the hold. Left unread for the hold, the bodies of hundreds
+    // of clients retrying at once would fill weir's sockets (cgroup v2 charges them to
+    // the container) and the requests admitted next would wait behind them
+    // (docs/overload.md#measurements-behind-the-defaults). The read is the one a refusal
     // makes after the hold anyway, moved ahead; it may take the whole hold, since a
-    // client that shares a busy core with hundreds of others sends slowly (within a
-    // refusal's usual 200 ms most such reads ran out, and their clients came back on new
-    // connections). A body that does not arrive within the hold is answered then,
-    // closing, as any refusal whose body cannot be read.
+    // client that shares a busy core with hundreds of others sends slowly. A body that
+    // does not arrive within the hold is answered then, closing, as any refusal whose
+    // body cannot be read.
     let req = if read_first {
         let (req, whole) = drain::read_body_away(req, duration.max(drain::MAX_TIME)).await;
         if !whole {

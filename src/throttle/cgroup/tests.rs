@@ -185,8 +185,8 @@ fn no_mountinfo_guesses_the_layout() {
 
 /// Nothing binds: a laptop or a plain host, weir in a cgroup shared with everything else.
 /// The usage of that cgroup is everyone's, so weir's own CPU time is read, against the
-/// CPUs there are. (Reading the shared cgroup made an idle weir read 199% beside a busy
-/// process.)
+/// CPUs there are. (Read against them, the shared cgroup's usage would count a busy
+/// neighbour's load as weir's.)
 #[test]
 fn no_limit_anywhere_reads_the_process() {
     let t = Tree::new();

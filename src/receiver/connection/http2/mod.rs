@@ -24,53 +24,30 @@
 //! and every later stream starts with the full window again. h2 allows one SETTINGS
 //! change in flight; the next waits for the peer's acknowledgement.
 
+mod flow;
+mod reset;
+mod send;
+
+pub use flow::{discard_unread, H2Body, UnreadSlot};
+use flow::{ScanWrites, WindowState, ON_CONNECTION_TASK};
+use reset::{calm_down, REMEMBERED_RESETS};
+use send::{send_body, tidy_headers};
+
 use crate::receiver::connection::stamp::RxStamp;
 use axum::Router;
 use bytes::Bytes;
-use futures_util::task::AtomicWaker;
 use h2::server::SendResponse;
-use h2::{Reason, RecvStream, SendStream};
-use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING, UPGRADE};
+use h2::{Reason, RecvStream};
 use http::{Request, Response};
-use http_body::{Body, Frame, SizeHint};
-use std::cell::Cell;
+use http_body::Body;
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use crate::receiver::connection::stamp::PREFACE;
-
-thread_local! {
-    /// Set while a new stream is polled on its connection's task.
-    static ON_CONNECTION_TASK: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Reset budget of one connection (RFC 9113 10.5, CVE-2023-44487 "Rapid Reset",
-/// CVE-2025-8671 "MadeYouReset"): resets the client causes, per connection and per time,
-/// not per lifetime. A token bucket of [`RESET_TOKENS`], refilled at
-/// [`RESET_TOKENS_PER_SECOND`]; a stream error weir sends because of what the client sent
-/// (RST_STREAM with PROTOCOL_ERROR, FLOW_CONTROL_ERROR, REFUSED_STREAM and the like: a bad
-/// content-length, trailers without END_STREAM, a window overflow, a stream over the
-/// limit) costs [`PROTOCOL_RESET_COST`]; a stream the client cancels before it was
-/// answered costs 1. That is 100 protocol errors at once and 10 a second after, or 1000
-/// cancels at once and 100 a second after. Spent: GOAWAY ENHANCE_YOUR_CALM.
-///
-/// weir's own refusals never count: they end the stream with NO_ERROR or CANCEL, and h2
-/// remembers up to [`REMEMBERED_RESETS`] such streams (its default is 50) so that DATA
-/// still in flight on them is ignored rather than answered with STREAM_CLOSED. A
-/// STREAM_CLOSED answer to a stream weir already forgot is not counted either: it costs
-/// weir one 13-byte frame, no more than a PING. h2's own budget is per lifetime
-/// (`max_local_error_reset_streams`, 1024 by default); a long-lived gRPC connection that
-/// is refused now and then would reach any lifetime cap, so it is off and this one rules.
-const RESET_TOKENS: u32 = 1000;
-const RESET_TOKENS_PER_SECOND: u32 = 100;
-const PROTOCOL_RESET_COST: u32 = 10;
-/// Reset streams h2 remembers (see [`RESET_TOKENS`]); one `Stream` (a few hundred bytes)
-/// each, for one second after the reset.
-const REMEMBERED_RESETS: usize = 1024;
 
 /// Streams one connection may have open. A refusal is held (`receiver.throttle.hold`)
 /// on its stream, and with hyper's 200 a client that shares one connection among more
@@ -94,297 +71,6 @@ pub struct H2Settings {
     pub opts: crate::receiver::connection::hygiene::ConnOpts,
 }
 
-/// What the connection and its streams share to decide the window.
-#[derive(Default)]
-struct WindowState {
-    /// Admitted streams reading their body right now.
-    readers: AtomicUsize,
-    /// The latest decision on this connection was a refusal with the body unread.
-    refusing: AtomicBool,
-    /// The window the connection last asked for is 0.
-    closed: AtomicBool,
-    /// The connection's task, woken when the window should change.
-    conn: AtomicWaker,
-    /// The connection's reset budget.
-    resets: ResetBudget,
-}
-
-/// The token bucket of [`RESET_TOKENS`].
-struct ResetBudget {
-    /// Tokens left and when they were last counted.
-    bucket: std::sync::Mutex<(f64, std::time::Instant)>,
-    spent: AtomicBool,
-}
-
-impl Default for ResetBudget {
-    fn default() -> Self {
-        ResetBudget { bucket: std::sync::Mutex::new((f64::from(RESET_TOKENS), std::time::Instant::now())), spent: AtomicBool::new(false) }
-    }
-}
-
-impl ResetBudget {
-    /// Takes `cost` tokens; true when this spends the budget.
-    fn charge(&self, cost: u32) -> bool {
-        let now = std::time::Instant::now();
-        let mut b = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
-        let refill = now.duration_since(b.1).as_secs_f64() * f64::from(RESET_TOKENS_PER_SECOND);
-        b.0 = (b.0 + refill).min(f64::from(RESET_TOKENS)) - f64::from(cost);
-        b.1 = now;
-        b.0 < 0.0 && !self.spent.swap(true, Ordering::AcqRel)
-    }
-
-    fn is_spent(&self) -> bool {
-        self.spent.load(Ordering::Acquire)
-    }
-}
-
-/// A connection spent its reset budget: counted, and logged (a few a second).
-fn calm_down() {
-    static LINES: crate::telemetry::lograte::LineBudget = crate::telemetry::lograte::LineBudget::new("reset_budget", 5);
-    if crate::telemetry::installed() {
-        ::metrics::counter!(crate::telemetry::names::H2_GOAWAYS, "reason" => "reset_budget").increment(1);
-    }
-    if let Some(suppressed) = LINES.admit() {
-        tracing::warn!(suppressed, "HTTP/2 connection spent its reset budget: GOAWAY ENHANCE_YOUR_CALM");
-    }
-}
-
-/// Reads the frames a connection writes, to charge the stream errors it sends to the
-/// reset budget. h2 does not report them; its writes are the one place they all pass.
-/// The server's byte stream starts with a frame (SETTINGS; there is no server preface).
-struct ScanWrites<I> {
-    io: I,
-    window: Arc<WindowState>,
-    /// The frame header being read, and how much of it has been.
-    head: [u8; 9],
-    have: usize,
-    /// Payload bytes of the current frame still to pass.
-    payload: usize,
-    /// The current frame is RST_STREAM: its error code, as read so far.
-    code: Option<([u8; 4], usize)>,
-}
-
-impl<I> ScanWrites<I> {
-    fn new(io: I, window: Arc<WindowState>) -> Self {
-        ScanWrites { io, window, head: [0; 9], have: 0, payload: 0, code: None }
-    }
-
-    /// Passes over `bytes` just written; charges the stream errors among them.
-    fn scan(&mut self, mut bytes: &[u8]) {
-        let mut errors = 0u32;
-        while !bytes.is_empty() {
-            if self.payload > 0 {
-                let take = self.payload.min(bytes.len());
-                if let Some((code, got)) = &mut self.code {
-                    let n = take.min(4 - *got);
-                    code[*got..*got + n].copy_from_slice(&bytes[..n]);
-                    *got += n;
-                    if *got == 4 {
-                        // NO_ERROR, INTERNAL_ERROR, STREAM_CLOSED and CANCEL are weir's
-                        // own answers (see RESET_TOKENS); the rest are the client's doing.
-                        errors += u32::from(!matches!(u32::from_be_bytes(*code), 0 | 2 | 5 | 8));
-                        self.code = None;
-                    }
-                }
-                self.payload -= take;
-                bytes = &bytes[take..];
-                continue;
-            }
-            let n = (9 - self.have).min(bytes.len());
-            self.head[self.have..self.have + n].copy_from_slice(&bytes[..n]);
-            self.have += n;
-            bytes = &bytes[n..];
-            if self.have == 9 {
-                self.have = 0;
-                self.payload = usize::from(self.head[0]) << 16 | usize::from(self.head[1]) << 8 | usize::from(self.head[2]);
-                self.code = (self.head[3] == 0x3 && self.payload == 4).then_some(([0; 4], 0));
-            }
-        }
-        if errors > 0 && self.window.resets.charge(errors * PROTOCOL_RESET_COST) {
-            self.window.conn.wake();
-        }
-    }
-}
-
-impl<I: AsyncRead + Unpin> AsyncRead for ScanWrites<I> {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
-    }
-}
-
-impl<I: AsyncWrite + Unpin> AsyncWrite for ScanWrites<I> {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        let written = Pin::new(&mut this.io).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = written {
-            this.scan(&buf[..n]);
-        }
-        written
-    }
-
-    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        let written = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(mut n)) = written {
-            for b in bufs {
-                if n == 0 {
-                    break;
-                }
-                let k = n.min(b.len());
-                this.scan(&b[..k]);
-                n -= k;
-            }
-        }
-        written
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
-
-impl WindowState {
-    fn wants_open(&self) -> bool {
-        self.readers.load(Ordering::Acquire) > 0 || !self.refusing.load(Ordering::Acquire)
-    }
-
-    /// A stream's body is being read: the request was admitted.
-    fn reader_started(&self) {
-        self.readers.fetch_add(1, Ordering::AcqRel);
-        self.refusing.store(false, Ordering::Release);
-        if self.closed.load(Ordering::Acquire) {
-            self.conn.wake();
-        }
-    }
-
-    fn reader_done(&self) {
-        if self.readers.fetch_sub(1, Ordering::AcqRel) == 1 && self.refusing.load(Ordering::Acquire) {
-            self.conn.wake();
-        }
-    }
-
-    /// A stream ended with its request body unread.
-    fn refused(&self) {
-        if !self.refusing.swap(true, Ordering::AcqRel) && self.readers.load(Ordering::Acquire) == 0 {
-            self.conn.wake();
-        }
-    }
-}
-
-/// Where a stream whose body was dropped unread waits for the answer (see [`linger`]),
-/// in the request's extensions.
-#[derive(Clone, Default)]
-pub struct UnreadSlot(Arc<SlotInner>);
-
-#[derive(Default)]
-struct SlotInner {
-    recv: std::sync::Mutex<Option<RecvStream>>,
-    /// A refusal: the body is dropped at once, never received.
-    discard: AtomicBool,
-}
-
-/// Marks a request as refused: if it came over HTTP/2, its body is dropped with the
-/// stream as soon as it is dropped, never lingered over (a held refusal would otherwise
-/// keep its stream's window, and with it the connection's, filled for the hold).
-pub fn discard_unread(extensions: &http::Extensions) {
-    if let Some(slot) = extensions.get::<UnreadSlot>() {
-        slot.0.discard.store(true, Ordering::Release);
-    }
-}
-
-/// A request body read from an h2 stream: hands flow-control capacity back as it is
-/// read, and tells the connection whether the body was wanted.
-pub struct H2Body {
-    recv: Option<RecvStream>,
-    /// Where the stream goes when the body is dropped unread (see [`linger`]).
-    slot: UnreadSlot,
-    window: Arc<WindowState>,
-    /// Counted as a reader.
-    reading: bool,
-    /// Trailers (or the end) have been read.
-    done: bool,
-}
-
-impl H2Body {
-    fn new(recv: RecvStream, window: Arc<WindowState>, slot: UnreadSlot) -> Self {
-        let done = recv.is_end_stream();
-        H2Body { recv: Some(recv), slot, window, reading: false, done }
-    }
-}
-
-impl Drop for H2Body {
-    fn drop(&mut self) {
-        if self.reading {
-            self.window.reader_done();
-        } else if !self.done {
-            self.window.refused();
-        }
-        if !self.done && !self.slot.0.discard.load(Ordering::Acquire) {
-            if let Some(recv) = self.recv.take() {
-                *self.slot.0.recv.lock().unwrap_or_else(|e| e.into_inner()) = Some(recv);
-            }
-        }
-    }
-}
-
-impl Body for H2Body {
-    type Data = Bytes;
-    type Error = h2::Error;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
-        let this = &mut *self;
-        if this.done {
-            return Poll::Ready(None);
-        }
-        if !this.reading {
-            if ON_CONNECTION_TASK.get() {
-                // Woken at once: the stream's own task polls it again right after the
-                // spawn, and this wake only costs the connection a spare poll.
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
-            }
-            this.reading = true;
-            this.window.reader_started();
-        }
-        let Some(recv) = this.recv.as_mut() else { return Poll::Ready(None) };
-        match recv.poll_data(cx) {
-            Poll::Ready(Some(Ok(data))) => {
-                // The bytes are ours now: the peer may send as many again.
-                let _ = recv.flow_control().release_capacity(data.len());
-                return Poll::Ready(Some(Ok(Frame::data(data))));
-            }
-            Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
-            Poll::Ready(None) => {}
-            Poll::Pending => return Poll::Pending,
-        }
-        match recv.poll_trailers(cx) {
-            Poll::Ready(Ok(trailers)) => {
-                this.done = true;
-                Poll::Ready(trailers.map(|t| Ok(Frame::trailers(t))))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.done || self.recv.as_ref().is_none_or(RecvStream::is_end_stream)
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        // h2 checks a content-length against the DATA it receives; a hint is all this is.
-        SizeHint::default()
-    }
-}
-
 /// Serves one HTTP/2 connection until the peer closes it, it fails, or `stop` resolves
 /// (then: GOAWAY, and open streams finish).
 pub async fn serve<I, F>(io: I, app: Router, stamp: RxStamp, settings: H2Settings, stop: F) -> Result<(), h2::Error>
@@ -392,17 +78,7 @@ where
     I: AsyncRead + AsyncWrite + Unpin,
     F: Future<Output = ()>,
 {
-    let mut builder = h2::server::Builder::new();
-    builder
-        .initial_window_size(settings.stream_window)
-        // The connection window never starves the streams: at least hyper's 1 MiB, and
-        // no less than one stream's window.
-        .initial_connection_window_size(settings.stream_window.max(1 << 20))
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-        .max_header_list_size(MAX_HEADER_LIST_BYTES)
-        .max_send_buffer_size(MAX_SEND_BUFFER_BYTES)
-        .max_concurrent_reset_streams(REMEMBERED_RESETS)
-        .max_local_error_reset_streams(None);
+    let builder = builder(&settings);
     let mut stop = pin!(stop);
     let window = Arc::new(WindowState::default());
     let io = ScanWrites::new(io, Arc::clone(&window));
@@ -421,12 +97,13 @@ where
     let tick = opts.tick();
     let mut check = pin!(tokio::time::sleep(tick));
     let mut ping = conn.ping_pong();
-    // A keepalive PING in flight: when it is due back.
-    let mut pong_due: Option<u64> = None;
     // When weir started closing the connection on its own.
     let mut closing_since: Option<u64> = None;
-    let keepalive = opts.limits.http2_keepalive_interval.as_millis() as u64;
-    let keepalive_timeout = opts.limits.http2_keepalive_timeout.as_millis() as u64;
+    let mut keepalive = Keepalive {
+        interval: opts.limits.http2_keepalive_interval.as_millis() as u64,
+        timeout: opts.limits.http2_keepalive_timeout.as_millis() as u64,
+        pong_due: None,
+    };
     let mut asked = settings.stream_window;
     let mut stopping = false;
     // Streams are started once everything readable has been taken in: each call to
@@ -439,17 +116,9 @@ where
             conn.graceful_shutdown();
         }
         window.conn.register(cx.waker());
-        if let (Some(p), Some(_)) = (ping.as_mut(), pong_due) {
-            if p.poll_pong(cx).is_ready() {
-                pong_due = None;
-            }
-        }
+        keepalive.poll_pong(cx, &mut ping);
         let evicted = stamp.evicted(cx);
-        let due = check.as_mut().poll(cx).is_ready();
-        if due {
-            check.as_mut().reset(tokio::time::Instant::now() + tick);
-            let _ = check.as_mut().poll(cx);
-        }
+        let due = rearm(check.as_mut(), tick, cx);
         if due || evicted {
             let now = crate::receiver::connection::stamp::mono_ms();
             if let Some(since) = closing_since {
@@ -468,25 +137,9 @@ where
                     stopping = true;
                     conn.graceful_shutdown();
                 }
-            } else {
-                match pong_due {
-                    Some(due) if now > due => {
-                        crate::receiver::connection::hygiene::Closed::KeepaliveTimeout.count(opts.server);
-                        return Poll::Ready(Ok(()));
-                    }
-                    Some(_) => {}
-                    None if keepalive > 0 && stamp.quiet_ms(now) > keepalive => {
-                        if let Some(p) = ping.as_mut() {
-                            if p.send_ping(h2::Ping::opaque()).is_ok() {
-                                pong_due = Some(now + keepalive_timeout);
-                                if p.poll_pong(cx).is_ready() {
-                                    pong_due = None;
-                                }
-                            }
-                        }
-                    }
-                    None => {}
-                }
+            } else if keepalive.timed_out(cx, &mut ping, &stamp, now) {
+                crate::receiver::connection::hygiene::Closed::KeepaliveTimeout.count(opts.server);
+                return Poll::Ready(Ok(()));
             }
         }
         loop {
@@ -511,14 +164,7 @@ where
                 // Their answers go out on the next turn.
                 continue;
             }
-            let want = if window.wants_open() { settings.stream_window } else { 0 };
-            // Refused while a change is still unacknowledged: the acknowledgement wakes
-            // this task and the change is tried again then.
-            if want != asked && conn.set_initial_window_size(want).is_ok() {
-                asked = want;
-                window.closed.store(want == 0, Ordering::Release);
-                ::metrics::counter!(crate::telemetry::names::H2_WINDOW_CHANGES, "to" => if want == 0 { "closed" } else { "open" })
-                    .increment(1);
+            if resize_window(&mut conn, &window, settings.stream_window, &mut asked) {
                 // Poll again so the SETTINGS frame goes out now.
                 continue;
             }
@@ -526,6 +172,92 @@ where
         }
     })
     .await
+}
+
+/// The h2 settings of a connection: the stream window asked for, and hyper's bounds for
+/// what h2 leaves open-ended.
+fn builder(settings: &H2Settings) -> h2::server::Builder {
+    let mut builder = h2::server::Builder::new();
+    builder
+        .initial_window_size(settings.stream_window)
+        // The connection window never starves the streams: at least hyper's 1 MiB, and
+        // no less than one stream's window.
+        .initial_connection_window_size(settings.stream_window.max(1 << 20))
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .max_header_list_size(MAX_HEADER_LIST_BYTES)
+        .max_send_buffer_size(MAX_SEND_BUFFER_BYTES)
+        .max_concurrent_reset_streams(REMEMBERED_RESETS)
+        .max_local_error_reset_streams(None);
+    builder
+}
+
+/// Closes the stream window while the connection is refusing, reopens it for an admitted
+/// stream; true when a SETTINGS change was queued. A change refused while another is
+/// still unacknowledged is tried again when the acknowledgement wakes the task.
+fn resize_window<T: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut h2::server::Connection<T, Bytes>,
+    window: &WindowState,
+    open: u32,
+    asked: &mut u32,
+) -> bool {
+    let want = if window.wants_open() { open } else { 0 };
+    if want == *asked || conn.set_initial_window_size(want).is_err() {
+        return false;
+    }
+    *asked = want;
+    window.closed.store(want == 0, Ordering::Release);
+    ::metrics::counter!(crate::telemetry::names::H2_WINDOW_CHANGES, "to" => if want == 0 { "closed" } else { "open" }).increment(1);
+    true
+}
+
+/// True when the hygiene check is due; it is then set for `tick` later.
+fn rearm(mut check: Pin<&mut tokio::time::Sleep>, tick: std::time::Duration, cx: &mut Context<'_>) -> bool {
+    let due = check.as_mut().poll(cx).is_ready();
+    if due {
+        check.as_mut().reset(tokio::time::Instant::now() + tick);
+        let _ = check.as_mut().poll(cx);
+    }
+    due
+}
+
+/// Keepalive PINGs on a quiet connection, and the deadline for their answer.
+struct Keepalive {
+    /// Quiet this long (ms): a PING; 0 is never.
+    interval: u64,
+    /// How long its answer may take (ms).
+    timeout: u64,
+    /// A PING in flight: when it is due back.
+    pong_due: Option<u64>,
+}
+
+impl Keepalive {
+    fn poll_pong(&mut self, cx: &mut Context<'_>, ping: &mut Option<h2::PingPong>) {
+        if let (Some(p), Some(_)) = (ping.as_mut(), self.pong_due) {
+            if p.poll_pong(cx).is_ready() {
+                self.pong_due = None;
+            }
+        }
+    }
+
+    /// Sends a PING when the connection has been quiet long enough; true when one sent
+    /// earlier was not answered in time.
+    fn timed_out(&mut self, cx: &mut Context<'_>, ping: &mut Option<h2::PingPong>, stamp: &RxStamp, now: u64) -> bool {
+        match self.pong_due {
+            Some(due) => now > due,
+            None if self.interval > 0 && stamp.quiet_ms(now) > self.interval => {
+                if let Some(p) = ping.as_mut() {
+                    if p.send_ping(h2::Ping::opaque()).is_ok() {
+                        self.pong_due = Some(now + self.timeout);
+                        if p.poll_pong(cx).is_ready() {
+                            self.pong_due = None;
+                        }
+                    }
+                }
+                false
+            }
+            None => false,
+        }
+    }
 }
 
 /// Polls a new stream once on the connection's task; spawns it if it is not done.
@@ -591,7 +323,7 @@ async fn stream(
     tidy_headers(&mut head.headers, &body);
     // Answered without reading the body, and not a refusal: take in the rest of it
     // first (see `linger`).
-    let unread = unread.0.recv.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let unread = unread.take_unread();
     let _kept = match unread {
         Some(recv) if !is_refusal(&head) => Some(linger(recv).await),
         _ => None,
@@ -638,105 +370,12 @@ const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(1);
 /// How much of it is received at most.
 const LINGER_BYTES: usize = 64 * 1024;
 
-/// What hyper does to a response head on its way out: a `date`, a `content-length` when
-/// the body's size is known, and no connection-specific fields (HTTP/2 forbids them, RFC
-/// 9113 8.2.2, and h2 would refuse the head).
-fn tidy_headers(headers: &mut http::HeaderMap, body: &axum::body::Body) {
-    if headers.keys().any(is_connection_field) {
-        for name in
-            [CONNECTION, TRANSFER_ENCODING, UPGRADE, HeaderName::from_static("keep-alive"), HeaderName::from_static("proxy-connection")]
-        {
-            headers.remove(name);
-        }
-    }
-    if let http::header::Entry::Vacant(e) = headers.entry(CONTENT_LENGTH) {
-        if let Some(n) = body.size_hint().exact() {
-            e.insert(HeaderValue::from(n));
-        }
-    }
-    if let http::header::Entry::Vacant(e) = headers.entry(DATE) {
-        e.insert(http_date());
-    }
-}
-
-fn is_connection_field(name: &HeaderName) -> bool {
-    name == CONNECTION || name == TRANSFER_ENCODING || name == UPGRADE || name == "keep-alive" || name == "proxy-connection"
-}
-
-/// The `date` value, formatted once per second per thread.
-fn http_date() -> HeaderValue {
-    thread_local! {
-        static CACHED: std::cell::RefCell<(u64, HeaderValue)> = const { std::cell::RefCell::new((0, HeaderValue::from_static(""))) };
-    }
-    let now = std::time::SystemTime::now();
-    let second = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    CACHED.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.0 != second {
-            let text = httpdate::fmt_http_date(now);
-            *c = (second, HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("")));
-        }
-        c.1.clone()
-    })
-}
-
-/// Sends a response body, a frame at a time, each once the peer's window has room for
-/// at least a byte of it (so no more than a frame is ever buffered beyond the window).
-async fn send_body(body: axum::body::Body, send: &mut SendStream<Bytes>) {
-    let mut body = pin!(body);
-    loop {
-        let frame = poll_fn(|cx| match send.poll_reset(cx) {
-            Poll::Ready(_) => Poll::Ready(None),
-            Poll::Pending => body.as_mut().poll_frame(cx).map(Some),
-        })
-        .await;
-        let Some(frame) = frame else { return };
-        match frame {
-            None => {
-                let _ = send.send_data(Bytes::new(), true);
-                return;
-            }
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, "response body failed; stream reset");
-                send.send_reset(Reason::INTERNAL_ERROR);
-                return;
-            }
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => {
-                    let end = body.is_end_stream();
-                    // A last frame of at most one DATA frame's size goes out as it is
-                    // (h2 holds it until the window allows); a longer body waits for
-                    // window room frame by frame.
-                    let small_last = end && data.len() <= 16 * 1024;
-                    if !data.is_empty() && !small_last {
-                        send.reserve_capacity(1);
-                        match poll_fn(|cx| send.poll_capacity(cx)).await {
-                            Some(Ok(_)) => {}
-                            _ => return,
-                        }
-                    }
-                    if send.send_data(data, end).is_err() || end {
-                        return;
-                    }
-                }
-                Err(frame) => {
-                    if let Ok(trailers) = frame.into_trailers() {
-                        let _ = send.send_trailers(trailers);
-                    } else {
-                        let _ = send.send_data(Bytes::new(), true);
-                    }
-                    return;
-                }
-            },
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::receiver::connection::listener::{serve, Listen, ServerHandle};
     use axum::routing::post;
+    use http::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, DATE};
     use http::StatusCode;
     use http_body_util::BodyExt;
     use std::sync::Mutex;
