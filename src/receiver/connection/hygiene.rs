@@ -199,3 +199,25 @@ impl ConnOpts {
         tick(&[l.header_read_timeout, l.idle_timeout, l.http2_keepalive_interval, l.http2_keepalive_timeout])
     }
 }
+
+/// How long weir reads away what a peer still sends after an answer that did not read
+/// it: the rest of a refused HTTP/1.1 body before the socket closes, the rest of an
+/// HTTP/2 stream's body before its answer goes out.
+pub const LINGER_TIME: Duration = Duration::from_secs(1);
+/// How much of it weir reads at most.
+pub const LINGER_BYTES: usize = 1 << 20;
+
+/// Reads away and drops what `io` still delivers, until it ends or for at most
+/// [`LINGER_TIME`] and [`LINGER_BYTES`]: the one lingering close of both protocols.
+pub async fn read_away<D: crate::receiver::connection::stamp::Discard + ?Sized>(io: &mut D) {
+    let mut left = LINGER_BYTES;
+    let _ = tokio::time::timeout(LINGER_TIME, async {
+        while left > 0 {
+            match std::future::poll_fn(|cx| io.poll_discard(cx, left)).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
+}

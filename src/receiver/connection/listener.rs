@@ -4,7 +4,7 @@
 
 use crate::config::{ConnectionConfig, TlsConfig};
 use crate::receiver::connection::http2::{self, H2Settings};
-use crate::receiver::connection::hygiene::{Closed, ConnOpts};
+use crate::receiver::connection::hygiene::{read_away, Closed, ConnOpts};
 use crate::receiver::connection::stamp::mono_ms;
 use crate::receiver::connection::stamp::{Discard, RxStamp};
 use crate::telemetry::names;
@@ -502,33 +502,18 @@ impl<F: std::future::Future + Unpin> std::future::Future for Tracked<F> {
     }
 }
 
-/// How long a lingering close reads what the client still sends.
-const LINGER_TIME: Duration = Duration::from_secs(1);
-/// How much it reads at most.
-const LINGER_BYTES: usize = 1 << 20;
-
 /// A lingering close, as nginx does, for a connection weir closes with a request body
 /// unread (a refusal answered with `Connection: close`). Closing a socket with unread
 /// data makes the kernel send a reset, and a reset that reaches the client before it
 /// has read the answer destroys it: the client sees a broken pipe instead of the 429
 /// and its Retry-After (clients that read only after sending the whole body always
 /// do). So the write side is shut (the answer is followed by FIN) and what the client
-/// still sends is read away until it closes, for at most [`LINGER_TIME`] and
-/// [`LINGER_BYTES`]; a reset after that finds the answer long delivered.
+/// still sends is read away until it closes, within
+/// the bounds of [`read_away`]; a reset after that finds the answer long delivered.
 async fn linger<I: AsyncWrite + Discard + Unpin>(mut io: I) {
-    if io.shutdown().await.is_err() {
-        return;
+    if io.shutdown().await.is_ok() {
+        read_away(&mut io).await;
     }
-    let mut left = LINGER_BYTES;
-    let _ = tokio::time::timeout(LINGER_TIME, async {
-        while left > 0 {
-            match std::future::poll_fn(|cx| io.poll_discard(cx, left)).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => left = left.saturating_sub(n),
-            }
-        }
-    })
-    .await;
 }
 
 impl<I: Discard + AsyncRead + Unpin> Discard for Rewind<I> {

@@ -7,6 +7,7 @@
 
 use crate::admission::Layer as AdmissionLayer;
 use crate::config::ServerKind;
+use crate::receiver::format::Format;
 use crate::receiver::middleware::drain::{self, RefusedBody};
 use crate::receiver::response::ApiError;
 use crate::signal::Signal;
@@ -127,12 +128,12 @@ impl ThrottleLayer {
         let queue = self.queue.as_ref()?;
         let h = req.headers();
         let identity = h.get(axum::http::header::CONTENT_ENCODING).is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"));
-        let content_type = h.get(axum::http::header::CONTENT_TYPE).map(|v| v.as_bytes());
+        let content_type = h.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
         // What the queue will hold, as a share of the declared length.
-        let divisor = match content_type {
-            Some(t) if t.starts_with(b"application/x-protobuf") => 1,
-            Some(t) if t.starts_with(b"application/json") => 2,
-            _ => 0,
+        let divisor = match content_type.and_then(Format::from_content_type) {
+            Some(Format::Protobuf) => 1,
+            Some(Format::Json) => 2,
+            None => 0,
         };
         let declared = match (identity, divisor) {
             (true, 1 | 2) => declared.unwrap_or(0) as usize / divisor,
@@ -161,13 +162,7 @@ impl ThrottleLayer {
         self.counters.count_layer(signal, layer);
         let retry_after = self.manager.config().retry_after.min;
         self.answer(req, declared, retry_after, move |retry_after| ApiError::Admission {
-            message: format!(
-                "overloaded: refused by {} for {}; retry after {}.{}s",
-                layer.as_str(),
-                signal.map_or("request", Signal::as_str),
-                retry_after.as_secs(),
-                retry_after.subsec_millis() / 100
-            ),
+            message: retry_message(format_args!("overloaded: refused by {}", layer.as_str()), signal, retry_after),
             retry_after,
             reason: crate::receiver::response::admission_reason(layer),
         })
@@ -197,13 +192,7 @@ impl ThrottleLayer {
         open: bool,
     ) -> Result<Response<Body>, drain::Draining> {
         self.answer(req, declared, retry_after, move |retry_after| ApiError::Throttled {
-            // Integer formatting: a float's costs more than the rest of the message.
-            message: format!(
-                "{what} for {}; retry after {}.{}s",
-                signal.map_or("request", Signal::as_str),
-                retry_after.as_secs(),
-                retry_after.subsec_millis() / 100
-            ),
+            message: retry_message(format_args!("{what}"), signal, retry_after),
             retry_after,
             open,
         })
@@ -547,3 +536,13 @@ pub mod future {
 }
 
 pub use future::ResponseFuture;
+/// The message of a refusal: what refused, for which signal, and when to retry
+/// (integer formatting: a float's costs more than the rest of the message).
+fn retry_message(what: std::fmt::Arguments<'_>, signal: Option<Signal>, retry_after: std::time::Duration) -> String {
+    format!(
+        "{what} for {}; retry after {}.{}s",
+        signal.map_or("request", Signal::as_str),
+        retry_after.as_secs(),
+        retry_after.subsec_millis() / 100
+    )
+}

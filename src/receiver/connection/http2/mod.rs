@@ -343,32 +343,32 @@ fn is_refusal(head: &http::response::Parts) -> bool {
 
 /// What is left of a body weir answered without reading (a wrong path, method or
 /// content type; not a refusal) is received before the answer goes out, for at most
-/// [`LINGER_TIME`] and [`LINGER_BYTES`], and thrown away, as HTTP/1.1 reads a small
+/// the bounds of `hygiene::read_away`, and thrown away, as HTTP/1.1 reads a small
 /// body away before answering. The stream stays open meanwhile, so h2 still checks
 /// what arrives on it: a content-length that disagrees with the DATA frames, trailers
 /// without END_STREAM, a window pushed past 2^31-1 are answered with RST_STREAM
 /// (RFC 9113 8.1.1, 6.9.1) instead of meeting a stream already closed. The stream is
 /// handed back, to be dropped with the answer.
 async fn linger(mut recv: RecvStream) -> RecvStream {
-    let _ = tokio::time::timeout(LINGER_TIME, async {
-        let mut left = LINGER_BYTES;
-        while let Some(Ok(data)) = poll_fn(|cx| recv.poll_data(cx)).await {
-            let _ = recv.flow_control().release_capacity(data.len());
-            left = left.saturating_sub(data.len());
-            if left == 0 {
-                return;
-            }
-        }
-        let _ = poll_fn(|cx| recv.poll_trailers(cx)).await;
-    })
-    .await;
+    crate::receiver::connection::hygiene::read_away(&mut recv).await;
     recv
 }
 
-/// How long an unread body is checked after the answer (see [`linger`]).
-const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(1);
-/// How much of it is received at most.
-const LINGER_BYTES: usize = 64 * 1024;
+/// An unread request body, received and dropped; its trailers are read at its end, so
+/// h2 checks them too.
+impl crate::receiver::connection::stamp::Discard for RecvStream {
+    fn poll_discard(&mut self, cx: &mut Context<'_>, _max: usize) -> Poll<std::io::Result<usize>> {
+        match self.poll_data(cx) {
+            Poll::Ready(Some(Ok(data))) => {
+                let _ = self.flow_control().release_capacity(data.len());
+                Poll::Ready(Ok(data.len()))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Err(std::io::Error::other(e))),
+            Poll::Ready(None) => self.poll_trailers(cx).map(|_| Ok(0)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
