@@ -33,6 +33,14 @@ impl Batch {
         let bytes = permits.iter().map(BytesPermit::bytes).sum();
         Batch { payload, items, bytes, _permits: permits, ack: Some(ack), tenant }
     }
+
+    /// Acknowledges the batch as an export that ended would (tests of the readers).
+    #[cfg(test)]
+    pub(crate) fn finish(&self) {
+        if let Some(ack) = &self.ack {
+            ack.finish();
+        }
+    }
 }
 
 /// A batch's place in its exporter's acknowledgement window (disk queue). Finished

@@ -115,15 +115,20 @@ impl Pipeline {
         let n_exporters = exporters.len().max(1);
         // A header that names the tenant means no batch may mix tenants.
         let split_tenants = exporters.iter().any(|e| e.splits_tenants());
+        // An eighth of the memory budget keeps the newest records for caught-up readers;
+        // the readers share the rest (docs/durable-queue.md#reading-from-memory).
+        let tail = config.queue.max_bytes / 8;
+        if let Some(q) = &disk {
+            q.keep_tail(tail);
+        }
+        let reader_memory = (config.queue.max_bytes - tail) / n_exporters;
         for (i, exporter) in exporters.into_iter().enumerate() {
             let (tx, rx) = mpsc::channel::<Arc<Batch>>(n * 2);
             match &disk {
                 // Each reader reads ahead at most its share of the memory budget.
-                Some(q) => q.start_reader(i, &config.batch, config.queue.max_bytes / n_exporters, split_tenants, tx).map_err(|e| {
-                    disk::OpenError {
-                        path: config.queue.disk.as_ref().map(|d| d.path.display().to_string()).unwrap_or_default(),
-                        message: format!("cannot start a reader thread: {e}"),
-                    }
+                Some(q) => q.start_reader(i, &config.batch, reader_memory, split_tenants, tx).map_err(|e| disk::OpenError {
+                    path: config.queue.disk.as_ref().map(|d| d.path.display().to_string()).unwrap_or_default(),
+                    message: format!("cannot start a reader thread: {e}"),
                 })?,
                 None => exporter_txs.push(tx),
             }

@@ -60,6 +60,9 @@ pub const DISK_GROUP: &str = "weir_queue_group_commit_records";
 /// Items read back from records an earlier run wrote, by `exporter` (sent again after a
 /// restart: an upper bound on duplicates).
 pub const DISK_REPLAYED: &str = "weir_queue_replayed_items_total";
+/// Records a disk-queue reader took, by `exporter` and `from` (`memory`: the newest
+/// records, kept for a reader that is caught up; `disk`: read back from a segment).
+pub const DISK_READ_RECORDS: &str = "weir_queue_read_records_total";
 /// Records skipped for a failed checksum or a bad header, by `exporter` (`recovery` for the
 /// start-up scan).
 pub const DISK_CORRUPT: &str = "weir_queue_corrupt_records_total";

@@ -22,6 +22,7 @@ pub mod ack;
 pub mod reader;
 pub mod record;
 pub mod segment;
+mod tail;
 mod writer;
 
 use crate::config::{DiskConfig, SyncMode};
@@ -86,6 +87,8 @@ pub(crate) struct CursorState {
     reading: AtomicU64,
     /// Its reader's acknowledgement window.
     window: Arc<ack::AckWindow>,
+    /// The last id its reader has taken (from the disk or from memory).
+    taken: AtomicU64,
     /// `weir_queue_exporter_lag_records` and `weir_queue_oldest_record_age_seconds` for
     /// it, registered once (the writer sets them after every group).
     lag: metrics::Gauge,
@@ -117,6 +120,8 @@ pub(crate) struct Shared {
     /// Records with smaller ids were written by an earlier run.
     first_new_id: u64,
     non_critical_limit: u64,
+    /// The newest records, for readers that are caught up.
+    tail: tail::Tail,
 }
 
 impl Shared {
@@ -280,6 +285,7 @@ impl DiskQueue {
                 persisted: AtomicU64::new(at),
                 reading: AtomicU64::new(0),
                 window: Arc::new(ack::AckWindow::starting_at(at)),
+                taken: AtomicU64::new(at),
                 lag: metrics::gauge!(names::DISK_LAG_RECORDS, "exporter" => name.clone()),
                 age: metrics::gauge!(names::DISK_OLDEST_AGE, "exporter" => name.clone()),
             }));
@@ -315,6 +321,7 @@ impl DiskQueue {
             cursors,
             first_new_id: next_id,
             non_critical_limit,
+            tail: tail::Tail::default(),
         });
         shared.gc();
         shared.records_gauge();
@@ -333,6 +340,12 @@ impl DiskQueue {
             readers: Mutex::new(Vec::new()),
             _lock: lock,
         }))
+    }
+
+    /// Keeps up to `bytes` of the newest records in memory for readers that are caught
+    /// up (0: every record is read back from its segment). Set before the readers start.
+    pub fn keep_tail(&self, bytes: usize) {
+        self.shared.tail.set_limit(bytes);
     }
 
     /// Starts exporter `index`'s reader thread, feeding `tx`; batches hold at most
@@ -616,6 +629,52 @@ mod tests {
         let e = DiskQueue::open(&config(dir.path(), SyncMode::None), &[], 0.0).unwrap_err();
         assert!(e.message.contains("another process"), "{e}");
         drop(a);
+    }
+
+    /// Starts the reader of exporter 0 and takes `n` items from it, acknowledging each batch.
+    async fn read_items(q: &Arc<DiskQueue>, n: usize) -> usize {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        let batch = crate::config::BatchConfig { timeout: Duration::from_millis(5), ..Default::default() };
+        q.start_reader(0, &batch, 64 << 20, false, tx).unwrap();
+        let mut items = 0;
+        while items < n {
+            let b = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a batch").expect("the reader runs");
+            items += b.payload.item_count();
+            b.finish();
+        }
+        items
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_caught_up_reader_takes_records_from_memory_and_one_behind_from_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        // Caught up: the reader runs while records are appended.
+        let q = DiskQueue::open(&config(dir.path(), SyncMode::OnAck), &["out".into()], 0.0).unwrap();
+        q.keep_tail(8 << 20);
+        let reader = tokio::spawn({
+            let q = Arc::clone(&q);
+            async move { read_items(&q, 300).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for i in 0..300u16 {
+            q.append(&payload(i as u8), false, None).await.unwrap();
+        }
+        assert_eq!(reader.await.unwrap(), 300);
+        assert_eq!(q.shared.tail.hits(), 300, "every record came from memory");
+        assert!(q.shared.tail.bytes() < 8 << 20);
+        q.shutdown(Duration::ZERO).await;
+        drop(q);
+        // Behind: 300 more appended before any reader runs, and the memory kept holds only
+        // the newest few, so the reader reads the disk and then catches up.
+        let q = DiskQueue::open(&config(dir.path(), SyncMode::OnAck), &["out".into()], 0.0).unwrap();
+        q.keep_tail(20_000);
+        for i in 0..300u16 {
+            q.append(&payload(i as u8), false, None).await.unwrap();
+        }
+        assert_eq!(read_items(&q, 300).await, 300, "nothing lost to the memory bound");
+        let hits = q.shared.tail.hits();
+        assert!(hits < 300, "{hits} of 300 from memory: the older ones were read back from disk");
+        q.shutdown(Duration::ZERO).await;
     }
 
     #[tokio::test]

@@ -41,6 +41,8 @@ pub struct Reader {
     open: Option<Open>,
     name: String,
     split_tenants: bool,
+    /// `weir_queue_read_records_total` from memory and from disk.
+    read: [metrics::Counter; 2],
 }
 
 impl Reader {
@@ -66,6 +68,7 @@ impl Reader {
             tx,
             stop,
             open: None,
+            read: ["memory", "disk"].map(|from| metrics::counter!(names::DISK_READ_RECORDS, "exporter" => name.clone(), "from" => from)),
             name,
             split_tenants: false,
         }
@@ -114,9 +117,18 @@ impl Reader {
                     }
                 }
             };
-            let step = match file.as_mut() {
-                Some(f) => f.step(at, len),
-                None => {
+            // Caught up: the record just written is still in memory.
+            let step = match (self.shared.tail.take(seg.first_id, at), file.as_mut()) {
+                (Some((rec, next)), _) if next <= len => {
+                    self.read[0].increment(1);
+                    Ok(Step::Record(rec, next))
+                }
+                (_, Some(f)) => f.step(at, len).inspect(|s| {
+                    if let Step::Record(..) = s {
+                        self.read[1].increment(1);
+                    }
+                }),
+                (_, None) => {
                     file = SegmentReader::open(&seg.path).ok();
                     Ok(Step::End)
                 }
@@ -126,6 +138,7 @@ impl Reader {
                     at = next;
                     let m = rec.meta;
                     max_seen = max_seen.max(m.id);
+                    self.shared.cursors[self.index].taken.store(m.id, Ordering::Release);
                     if m.id > cursor {
                         self.record(rec, max_age_ms).await;
                     }

@@ -51,6 +51,8 @@ pub struct Record {
 /// CRC of the bytes after the id, so the writer only hashes 8 bytes and combines.
 #[derive(Debug)]
 pub struct Prepared {
+    /// The record's fields but its id (the writer gives it).
+    pub meta: Meta,
     /// ts_ms .. payload, without the id.
     pub rest_head: [u8; META - 8],
     /// The tenant name.
@@ -75,7 +77,12 @@ impl Prepared {
         rest_crc.update(&rest_head);
         rest_crc.update(&tenant);
         rest_crc.update(&payload);
-        Prepared { rest_head, tenant, payload, rest_crc }
+        Prepared { meta: Meta { id: 0, ts_ms, items, signal, priority }, rest_head, tenant, payload, rest_crc }
+    }
+
+    /// The record as a reader would read it back, as record `id` (its bytes shared).
+    pub fn record(&self, id: u64) -> Record {
+        Record { meta: Meta { id, ..self.meta }, tenant: self.tenant.clone(), payload: self.payload.clone() }
     }
 
     /// Bytes on disk, head included.

@@ -195,6 +195,11 @@ impl Writer {
         self.shared.bytes.fetch_add(len, Ordering::AcqRel);
         {
             let mut segs = self.shared.segs.lock().unwrap_or_else(|e| e.into_inner());
+            // In memory before readers can see the new length, so a caught-up reader never
+            // misses them and reads them back.
+            if let (Some(seg), true) = (segs.list.back(), self.shared.tail.enabled()) {
+                self.keep_in_memory(&group, seg.first_id, start, first_id);
+            }
             segs.next_id = self.next_id;
             if let Some(s) = segs.list.back_mut() {
                 s.len = self.offset;
@@ -211,6 +216,20 @@ impl Writer {
         for a in group {
             let _ = a.done.send(Ok(()));
         }
+    }
+
+    /// Hands the group's records to the readers' in-memory tail, where they were written:
+    /// segment `seg` from offset `start`, ids from `first_id`.
+    fn keep_in_memory(&self, group: &[Append], seg: u64, start: u64, first_id: u64) {
+        let taken = self.shared.cursors.iter().map(|c| c.taken.load(Ordering::Acquire)).min().unwrap_or(u64::MAX);
+        let mut at = start;
+        let records = group.iter().enumerate().map(|(i, a)| {
+            let next = at + a.prepared.size();
+            let entry = (seg, at, next, a.prepared.record(first_id + i as u64));
+            at = next;
+            entry
+        });
+        self.shared.tail.push(records, taken);
     }
 
     /// Cuts the active file back to `start` after a failed group; a failed cut seals it.
