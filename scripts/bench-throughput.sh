@@ -445,34 +445,44 @@ floor "kernel floor, HTTP/1.1: the same, 512x10 body thrown away in the kernel (
 fi
 
 # The disk queue (pipeline.queue.disk): the same weir with a disk queue, sync on_ack and
-# interval, beside memory-only, 4 connections x 16 streams (DISK_PROTOS: "h2c grpc";
-# empty skips; DISK_DIR: where the queues live, target/throughput/queue).
-DISK_ROWS=()
+# interval, beside memory-only, 4 connections x 16 streams, run by run interleaved so all
+# see the same machine (DISK_PROTOS: "h2c grpc"; empty skips; DISK_DIR: where the queues
+# live, target/throughput/queue). With COMPARE_BIN, that build's on_ack queue runs too.
+DISK_ROWS=() DISK_RATIOS=() DISK_NOTES=()
 DISK_PROTOS=${DISK_PROTOS-h2c grpc}
 DISK_DIR=${DISK_DIR:-target/throughput/queue}
-disk_cell() { # disk_cell LABEL NAME PROTO N
-  local label=$1 name=$2 proto=$3 n=$4 admin b0 b1 per_cpu=() per_wall=() mbs=() rss=() means=()
+disk_run() { # disk_run NAME PROTO N -> "spans/CPU-s spans/s MB/s peakMiB mean_ms"
+  local name=$1 proto=$2 n=$3 admin b0 b1
   eval "admin=\$${name}_ADMIN"
-  run_once "$name" "$proto" 512x10 $((n / 5)) "-m 16" > /dev/null
-  for r in $(seq 1 "$RUNS"); do
-    b0=$(metric "$admin" '^weir_queue_appended_bytes_total')
-    read -r acc cpu wall peak ok refused mean max _sys <<< "$(run_once "$name" "$proto" 512x10 "$n" "-m 16")"
-    b1=$(metric "$admin" '^weir_queue_appended_bytes_total')
-    if [ "$acc" -ne $((ok * 512)) ] || [ "$refused" -ne 0 ]; then
-      echo "disk cell $label run $r: weir accepted $acc spans and refused $refused requests; h2load saw $ok successes" >&2
-      exit 1
-    fi
-    per_cpu+=("$(awk -v a="$acc" -v c="$cpu" 'BEGIN {printf "%.0f", a / c}')")
-    per_wall+=("$(awk -v a="$acc" -v w="$wall" 'BEGIN {printf "%.0f", a / w}')")
-    mbs+=("$(awk -v b=$((b1 - b0)) -v w="$wall" 'BEGIN {printf "%.0f", b / w / 1e6}')")
-    rss+=("$((peak / 1024))")
-    means+=("$(to_ms "$mean")")
-  done
-  DISK_ROWS+=("| $label | $proto | $(median_range "${per_cpu[@]}") | $(median_range "${per_wall[@]}") | $(median_range "${mbs[@]}") | $(median_range "${rss[@]}") | $(middle "${means[@]}") |")
-  echo "${DISK_ROWS[-1]}"
+  b0=$(metric "$admin" '^weir_queue_appended_bytes_total')
+  read -r acc cpu wall peak ok refused mean _max _sys <<< "$(run_once "$name" "$proto" 512x10 "$n" "-m 16")"
+  b1=$(metric "$admin" '^weir_queue_appended_bytes_total')
+  if [ "$acc" -ne $((ok * 512)) ] || [ "$refused" -ne 0 ]; then
+    echo "disk cell $name $proto: weir accepted $acc spans and refused $refused requests; h2load saw $ok successes" >&2
+    exit 1
+  fi
+  echo "$(awk -v a="$acc" -v c="$cpu" 'BEGIN {printf "%.0f", a / c}') $(awk -v a="$acc" -v w="$wall" 'BEGIN {printf "%.0f", a / w}') $(awk -v b=$((b1 - b0)) -v w="$wall" 'BEGIN {printf "%.0f", b / w / 1e6}') $((peak / 1024)) $(to_ms "$mean")"
+}
+# What a queue's own metrics say: fsync mean and share under 0.5 / 1 ms, group size
+# quantiles, records read from memory and from disk.
+disk_notes() { # disk_notes NAME LABEL
+  local admin m
+  eval "admin=\$${1}_ADMIN"
+  m=$(curl -sf "http://127.0.0.1:$admin/metrics")
+  echo "$m" | awk -v label="$2" '
+    /^weir_queue_fsync_duration_seconds_sum/ {s = $NF} /^weir_queue_fsync_duration_seconds_count/ {c = $NF}
+    /^weir_queue_fsync_duration_seconds_bucket\{le="0.0005"\}/ {b5 = $NF} /^weir_queue_fsync_duration_seconds_bucket\{le="0.001"\}/ {b1 = $NF}
+    /^weir_queue_group_commit_records\{quantile="0.5"\}/ {g50 = $NF} /^weir_queue_group_commit_records\{quantile="0.99"\}/ {g99 = $NF}
+    /^weir_queue_read_records_total.*from="memory"/ {mem += $NF} /^weir_queue_read_records_total.*from="disk"/ {disk += $NF}
+    END {
+      printf "%s: %d fsyncs, mean %.2f ms, %.0f%% under 0.5 ms, %.0f%% under 1 ms; records per group p50 %s, p99 %s", label, c, c ? s / c * 1000 : 0, c ? b5 / c * 100 : 0, c ? b1 / c * 100 : 0, g50 == "" ? "n/a" : g50, g99 == "" ? "n/a" : g99
+      if (mem + disk > 0) printf "; records read from memory %.1f%% (%d of %d)", mem / (mem + disk) * 100, mem, mem + disk
+      print ""
+    }'
 }
 if [ -n "$DISK_PROTOS" ]; then
   echo "== disk queue"
+  DISK_QUEUES="disk_on_ack disk_interval"
   for mode in on_ack interval; do
     rm -rf "${DISK_DIR:?}/$mode"
     start_weir "disk_$mode" "$THROTTLE_IN_PATH
@@ -480,17 +490,48 @@ pipeline:
   queue:
     disk: {path: \"$DISK_DIR/$mode\", sync: $mode}"
   done
+  if [ -n "${COMPARE_BIN:-}" ]; then
+    rm -rf "${DISK_DIR:?}/before"
+    SAVED_BIN=$SERVER_BIN SERVER_BIN=$COMPARE_BIN
+    start_weir before_on_ack "$THROTTLE_IN_PATH
+pipeline:
+  queue:
+    disk: {path: \"$DISK_DIR/before\", sync: on_ack}"
+    SERVER_BIN=$SAVED_BIN
+    DISK_QUEUES="$DISK_QUEUES before_on_ack"
+  fi
   n=$((SPANS_PER_RUN / 512))
+  declare -A DISK_LABEL=([main]="memory only" [disk_on_ack]="disk, on_ack" [disk_interval]="disk, interval (100ms)" [before_on_ack]="disk, on_ack, $COMPARE_BIN")
   for proto in $DISK_PROTOS; do
-    disk_cell "memory only" main "$proto" "$n"
-    disk_cell "disk, on_ack" disk_on_ack "$proto" "$n"
-    disk_cell "disk, interval (100ms)" disk_interval "$proto" "$n"
+    declare -A col_cpu=() col_wall=() col_mbs=() col_rss=() col_mean=()
+    for q in main $DISK_QUEUES; do run_once "$q" "$proto" 512x10 $((n / 5)) "-m 16" > /dev/null; done
+    ratios=()
+    for r in $(seq 1 "$RUNS"); do
+      for q in main $DISK_QUEUES; do
+        read -r c w mb rs me <<< "$(disk_run "$q" "$proto" "$n")"
+        col_cpu[$q]+="$c " col_wall[$q]+="$w " col_mbs[$q]+="$mb " col_rss[$q]+="$rs " col_mean[$q]+="$me "
+        echo "  disk $proto run $r, ${DISK_LABEL[$q]}: $c spans per CPU-second"
+        [ "$q" = main ] && mem_cpu=$c
+        [ "$q" = disk_on_ack ] && ratios+=("$(awk -v d="$c" -v m="$mem_cpu" 'BEGIN {printf "%.0f%%", d / m * 100}')")
+      done
+    done
+    for q in main $DISK_QUEUES; do
+      # shellcheck disable=SC2086
+      DISK_ROWS+=("| ${DISK_LABEL[$q]} | $proto | $(median_range ${col_cpu[$q]}) | $(median_range ${col_wall[$q]}) | $(median_range ${col_mbs[$q]}) | $(median_range ${col_rss[$q]}) | $(middle ${col_mean[$q]}) |")
+      echo "${DISK_ROWS[-1]}"
+    done
+    DISK_RATIOS+=("| $proto | ${ratios[*]} |")
+    unset col_cpu col_wall col_mbs col_rss col_mean
   done
-  kill "$disk_on_ack_PID" "$disk_interval_PID" 2> /dev/null || true
+  for q in $DISK_QUEUES; do DISK_NOTES+=("$(disk_notes "$q" "${DISK_LABEL[$q]}")"); done
+  DISK_PIDS=$(for q in $DISK_QUEUES; do eval "echo \$${q}_PID"; done)
+  # shellcheck disable=SC2086
+  kill $DISK_PIDS 2> /dev/null || true
   # A weir that is shutting down still writes its queue's cursors; remove the directories
-  # only once both have exited.
-  wait "$disk_on_ack_PID" "$disk_interval_PID" 2> /dev/null || true
-  rm -rf "${DISK_DIR:?}/on_ack" "${DISK_DIR:?}/interval"
+  # only once all have exited.
+  # shellcheck disable=SC2086
+  wait $DISK_PIDS 2> /dev/null || true
+  rm -rf "${DISK_DIR:?}/on_ack" "${DISK_DIR:?}/interval" "${DISK_DIR:?}/before"
 fi
 
 # Decode-only: criterion, pinned to the same core, system allocator and jemalloc.
@@ -606,6 +647,14 @@ mkdir -p "$(dirname "$OUT")"
     echo "| queue | protocol | spans per CPU-second | spans/s | MB/s appended | peak RSS MiB | mean latency ms |"
     echo "|---|---|---|---|---|---|---|"
     printf '%s\n' "${DISK_ROWS[@]}"
+    echo
+    echo "on_ack spans per CPU-second as a share of memory only, each pass (the two run back to back):"
+    echo
+    echo "| protocol | on_ack / memory only, every pass |"
+    echo "|---|---|"
+    printf '%s\n' "${DISK_RATIOS[@]}"
+    echo
+    printf -- '- %s\n' "${DISK_NOTES[@]}"
     echo
   fi
   if [ ${#REFUSAL_ROWS[@]} -gt 0 ]; then
