@@ -1,6 +1,6 @@
 //! The queue in front of weir, seen through real sockets: while the only core is busy, a
 //! request's bytes wait in the kernel, and the request must arrive at the service knowing
-//! how long (`receiver::rxstamp`, plumbed through `receiver::server::serve`).
+//! how long (`receiver::connection::stamp`, plumbed through `receiver::connection::listener::serve`).
 
 use axum::routing::get;
 use axum::Router;

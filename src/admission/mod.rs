@@ -2,7 +2,7 @@
 //! body is read, short-circuiting in this order:
 //!
 //! 0. queue delay ([`Admission::check_queue_delay`], called by the throttle layer with the
-//!    request's wait in front of weir from `receiver::rxstamp`): refuse a wait longer than
+//!    request's wait in front of weir from `receiver::connection::stamp`): refuse a wait longer than
 //!    `queue_delay.target` while busy;
 //! 1. in-flight cap (`max_inflight_per_core`): by default the adaptive limit of
 //!    [`limit`], enforced only while busy (a water level above its exit line, or the CPU

@@ -34,7 +34,8 @@ fn body_budget(config: &Config) -> u64 {
 /// `pipeline.queue.max_bytes`, with 0 resolved: a tenth of the memory limit (the cgroup's,
 /// else 640 MiB's worth), at most 64 MiB. Accepted data takes about three times its
 /// encoded size in memory once decoded, and the bodies in flight may take a quarter of
-/// the limit: a fixed 64 MiB queue OOM-killed a 150 MiB weir under a flood.
+/// the limit, so a fixed size would not fit a small container
+/// (`docs/overload.md#measurements-behind-the-defaults`).
 fn queue_bytes(config: &Config) -> usize {
     match config.pipeline.queue.max_bytes {
         0 => crate::throttle::cgroup::CgroupReader::discover(&config.receiver.throttle.cgroup_root, 0.0)

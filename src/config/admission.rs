@@ -52,7 +52,7 @@ pub struct BbrConfig {
 }
 
 /// Queue delay: how long a request waited between arriving in the kernel and reaching the
-/// throttle (see `receiver::rxstamp`). On a busy core that wait is the queue in front of
+/// throttle (see `receiver::connection::stamp`). On a busy core that wait is the queue in front of
 /// weir, which no in-flight count can see; a request that waited longer than `target` is
 /// refused while the CPU is above its exit line (now or on the slow level) or another
 /// water level is. Its client backs off for Retry-After, which shortens the line, and

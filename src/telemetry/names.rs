@@ -36,7 +36,7 @@ pub const CONFIG_RELOADS: &str = "weir_config_reloads_total";
 /// HTTP/2 connections weir sent GOAWAY for a misbehaving peer, by `reason` (reset_budget).
 pub const H2_GOAWAYS: &str = "weir_receiver_h2_goaways_total";
 /// Times an HTTP/2 connection closed (`to` = closed) or reopened (`to` = open) its
-/// initial stream window because it was refusing (see `receiver::h2conn`).
+/// initial stream window because it was refusing (see `receiver::connection::http2`).
 pub const H2_WINDOW_CHANGES: &str = "weir_receiver_h2_window_changes_total";
 /// Connections weir closed on its own, by `server` and `reason` (header_timeout, idle,
 /// keepalive_timeout, evicted).

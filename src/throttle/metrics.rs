@@ -12,7 +12,7 @@ pub const STATE: &str = "weir_throttle_state";
 /// Decisions by `protocol`, `record_type`, `decision` (allowed/denied), `reason`.
 pub const REQUESTS: &str = "weir_throttle_requests_total";
 /// How long each request waited in front of weir (kernel buffers, run queue) before the
-/// throttle saw it, by `protocol` (see `receiver::rxstamp`).
+/// throttle saw it, by `protocol` (see `receiver::connection::stamp`).
 pub const QUEUE_DELAY: &str = "weir_throttle_queue_delay_seconds";
 /// Refusals being held right now (`receiver.throttle.hold`).
 pub const HELD: &str = "weir_throttle_refusals_held";

@@ -161,8 +161,8 @@ impl Writer {
         }
         let start = self.offset;
         let first_id = self.next_id;
-        // One pwritev for the group, straight from the requests' buffers (no copy into
-        // a group buffer: a 238 KB request costs a memcpy less).
+        // One pwritev for the group, straight from the requests' buffers: no copy into
+        // a group buffer, so a large request is not copied once more.
         let heads: Vec<[u8; 20]> = group.iter().enumerate().map(|(i, a)| a.prepared.head(first_id + i as u64)).collect();
         let mut parts: Vec<&[u8]> = Vec::with_capacity(group.len() * 4);
         for (a, h) in group.iter().zip(&heads) {

@@ -52,10 +52,9 @@ impl ConnTracker {
     }
 
     /// Counts and reads RTTs (the sampler calls it). The RTT is read from at most
-    /// [`RTT_SAMPLE`] connections spread over the open ones: one `TCP_INFO` call each is a
-    /// few µs, and with 4,096 connections reading them all stalled a 1-CPU weir's runtime
-    /// for milliseconds every sample, long enough to refuse the requests that arrived
-    /// meanwhile for their queue delay.
+    /// [`RTT_SAMPLE`] connections spread over the open ones: a `TCP_INFO` call per open
+    /// connection would stall the runtime long enough to refuse the requests that arrive
+    /// meanwhile for their queue delay (`docs/overload.md#measurements-behind-the-defaults`).
     pub fn sample(&self) -> ConnSample {
         let fds: Vec<RawFd> = self.open.lock().unwrap_or_else(|e| e.into_inner()).values().copied().collect();
         let step = fds.len().div_ceil(RTT_SAMPLE).max(1);

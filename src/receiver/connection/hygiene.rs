@@ -53,7 +53,7 @@ pub struct Deadline<B> {
     limit: Duration,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Times the body was not ready. The first is free: an HTTP/2 body's first read on
-    /// its connection's task is always put off (see `h2conn::H2Body`).
+    /// its connection's task is always put off (see `http2::H2Body`).
     waits: u8,
 }
 

@@ -256,7 +256,7 @@ pub async fn serve(listen: Listen<'_>, app: Router) -> Result<ServerHandle, Serv
                 (t, id)
             });
             // Reads record when the data arrived; each request carries the stamp so the
-            // throttle can see how long it waited before weir looked at it (`rxstamp`).
+            // throttle can see how long it waited before weir looked at it (`connection::stamp`).
             let stream = crate::receiver::connection::stamp::Stamped::new(stream);
             let stamp = stream.stamp();
             next_id += 1;
@@ -441,10 +441,10 @@ where
         Tracked { call: tower::ServiceExt::oneshot(app.clone(), req), _busy: stamp.busy() }
     }));
     // hyper's read buffer grows to about 400 KiB while a large body streams in and keeps
-    // that size for the connection's life; the next request's head is then read together
-    // with up to 400 KiB of its body. A refusal held with the connection's reads paused
-    // kept all of it: 512 held clients took 0.4 of a 300 MiB container. 64 KiB bounds it
-    // (reading a 600 KB body then takes ten reads instead of two).
+    // that size for the connection's life, so the next request's head is read together
+    // with that much of its body, which a refusal held with reads paused keeps. 64 KiB
+    // bounds it, at the cost of more reads per large body
+    // (`docs/overload.md#measurements-behind-the-defaults`).
     let mut conn = hyper::server::conn::http1::Builder::new().max_buf_size(HTTP1_MAX_BUF).serve_connection(TokioIo::new(io), svc);
     let mut stop = pin!(stop_signal(stop));
     let mut stopping = false;

@@ -102,9 +102,10 @@ impl RxStamp {
 
     /// Stops reading from the connection until the guard is dropped. A held refusal of an
     /// HTTP/1.x request uses it: hyper reads a body ahead into memory whether or not
-    /// anyone wants it (up to about 400 KiB per connection, measured at 550 KB RSS per
-    /// held 600 KB request, an OOM kill with 512 of them in 300 MiB); paused, the body
-    /// stays in the kernel's socket buffer and TCP flow control stops the client.
+    /// anyone wants it (up to about 400 KiB per connection, enough for many held refusals
+    /// to exhaust a container: `docs/overload.md#measurements-behind-the-defaults`);
+    /// paused, the body stays in the kernel's socket buffer and TCP flow control stops
+    /// the client.
     pub fn pause_reads(&self) -> ReadPause {
         self.0.paused.store(true, Ordering::Release);
         ReadPause(self.clone())
@@ -228,15 +229,14 @@ pub struct Stamped {
 }
 
 /// Read-ahead for an HTTP/2 connection that sends more than its reader asks for at a time. h2
-/// reads about 8 KiB per call, so a 237 KB request body took some 29 `recvmsg` calls,
-/// and for a refused request (whose body h2 reads only to throw away) those system
-/// calls were most of weir's CPU. Once a read fills the caller's buffer (more is
-/// likely waiting), later reads pass this much room as a second iovec: one call takes
-/// up to 64 KiB more, served to the next reads by a copy in user space, which costs far
-/// less than the calls it saves. A read that comes up short frees it again, so idle
-/// connections hold none. HTTP/1.x is left alone: hyper grows its own read buffer after
-/// full reads, so the extra copy would buy nothing there (measured: h1 512x10 a few per
-/// cent dearer with it).
+/// reads about 8 KiB per call, so a large body costs dozens of `recvmsg` calls, and for a
+/// refused request (whose body h2 reads only to throw away) those calls are most of what
+/// the refusal costs. Once a read fills the caller's buffer (more is likely waiting), later reads pass
+/// this much room as a second iovec: one call takes up to 64 KiB more, served to the
+/// next reads by a copy in user space, which costs far less than the calls it saves. A
+/// read that comes up short frees it again, so idle connections hold none. HTTP/1.x is
+/// left alone: hyper grows its own read buffer after full reads, so the extra copy would
+/// only cost there (`docs/benchmarks.md#measurements-behind-the-decoders`).
 const SPILL_BYTES: usize = 64 * 1024;
 
 /// What the first bytes read from a connection say it is.
@@ -295,11 +295,11 @@ impl Stamped {
     }
 
     /// Write coalescing for HTTP/2. An admitted stream's response is made by its own
-    /// task (refusals are answered on the connection's task, see `receiver::h2conn`),
+    /// task (refusals are answered on the connection's task, see `receiver::connection::http2`),
     /// and each one wakes the connection task, which writes what is ready at once: one
     /// `writev` per response. On loopback or a fast LAN that system call (with the
-    /// peer's receive path it sets off) is most of what a small response costs (perf,
-    /// `scripts/bench-throughput.sh`).
+    /// peer's receive path it sets off) is most of what a small response costs
+    /// (`docs/benchmarks.md#measurements-behind-the-decoders`).
     /// So the first attempt to write is put off by one turn of the scheduler: the
     /// connection task wakes itself and yields, the other streams' tasks that are
     /// already runnable finish their responses, and the next attempt writes them all
@@ -374,9 +374,9 @@ pub trait Discard {
 
 impl Discard for Stamped {
     /// `recv` with `MSG_TRUNC`: TCP drops the bytes in the kernel instead of copying them
-    /// out (tcp(7)). A lingering close after a refusal of a 700 KB body reads all of it:
-    /// under an open-loop flood of such refusals, copying them out was a tenth of the
-    /// core (perf, `_copy_to_iter`).
+    /// out (tcp(7)). A lingering close after a refused large body reads all of it, and
+    /// under a flood of such refusals the copy alone costs a noticeable share of the core
+    /// (`docs/benchmarks.md#measurements-behind-the-decoders`).
     fn poll_discard(&mut self, cx: &mut Context<'_>, max: usize) -> Poll<io::Result<usize>> {
         loop {
             ready!(self.inner.poll_read_ready(cx))?;

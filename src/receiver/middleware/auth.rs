@@ -87,7 +87,7 @@ fn presented_token(req: &Request<Body>) -> Option<&str> {
 /// Builds [`Auth`] services. A tower layer rather than an axum `from_fn`: the decision
 /// (token, then quota) is made in `call`, so a refusal is ready without a boxed future or
 /// a clone of the inner service, and the connection that read the request answers it at
-/// once (see `receiver::h2conn`).
+/// once (see `receiver::connection::http2`).
 #[derive(Clone)]
 pub struct AuthLayer {
     kind: ServerKind,

@@ -356,7 +356,7 @@ fn unread_bound(declared: Option<u64>) -> u64 {
 
 /// A held refusal (`receiver.throttle.hold`): answered after `hold`. Over HTTP/2 the body
 /// is dropped at once: h2 discards whatever still arrives for the stream, and the
-/// connection closes its stream window while refusing (`h2conn`). Over HTTP/1.1 a body of
+/// connection closes its stream window while refusing (`connection::http2`). Over HTTP/1.1 a body of
 /// a declared length a refusal may read (`read_first`) is read away during the hold and
 /// dropped as it comes; a larger one, or one without a length, stays in the socket, where
 /// TCP flow control stops the client once the buffers are full, and after the hold it is

@@ -13,16 +13,17 @@
 //! decodes there. A panic in a stream polled here resets that stream, not the connection.
 //!
 //! **No body bytes for a refusal.** Whatever a client has sent of a body before it hears
-//! the refusal must still be received and thrown away: with a 1 MiB stream window, a
-//! refused 240 KB request cost as much CPU as receiving it (a third of what accepting
-//! it costs, `scripts/bench-throughput.sh`). So a connection that is refusing closes its
-//! window: when a stream ends with its request body unread and no admitted stream on the
-//! connection is reading one, weir sends `SETTINGS_INITIAL_WINDOW_SIZE = 0`, and the
-//! next refused requests arrive as headers only. The first request admitted after that
-//! reopens the window (a second SETTINGS, which by RFC 9113 6.9.2 also grows the windows
-//! of streams already open, its own included): it waits one round trip for its body,
-//! and every later stream starts with the full window again. h2 allows one SETTINGS
-//! change in flight; the next waits for the peer's acknowledgement.
+//! the refusal must still be received and thrown away: with an open stream window a
+//! refused request costs as much CPU as receiving its body
+//! (`docs/benchmarks.md#measurements-behind-the-decoders`). So a connection that is
+//! refusing closes its window: when a stream ends with its request body unread and no
+//! admitted stream on the connection is reading one, weir sends
+//! `SETTINGS_INITIAL_WINDOW_SIZE = 0`, and the next refused requests arrive as headers
+//! only. The first request admitted after that reopens the window (a second SETTINGS,
+//! which by RFC 9113 6.9.2 also grows the windows of streams already open, its own
+//! included): it waits one round trip for its body, and every later stream starts with
+//! the full window again. h2 allows one SETTINGS change in flight; the next waits for
+//! the peer's acknowledgement.
 
 mod flow;
 mod reset;
@@ -50,12 +51,13 @@ use tokio::io::{AsyncRead, AsyncWrite};
 pub use crate::receiver::connection::stamp::PREFACE;
 
 /// Streams one connection may have open. A refusal is held (`receiver.throttle.hold`)
-/// on its stream, and with hyper's 200 a client that shares one connection among more
-/// workers than that (a tonic channel, loadgen's 512) queued its next requests inside
-/// the client behind the held ones: measured over gRPC, the admitted requests' P50 went
-/// to 560 ms though weir served each in milliseconds. Memory does not grow with it: what
-/// all streams together may send is bounded by the connection window (1 MiB), and a held
-/// stream's body is dropped at once (h2 discards what still arrives).
+/// on its stream, and with a lower limit (hyper's 200) a client that shares one
+/// connection among more workers than that (a tonic channel) queues its next requests
+/// inside the client behind the held ones, so admitted requests wait there however fast
+/// weir serves them (`docs/overload.md#measurements-behind-the-defaults`). Memory does
+/// not grow with it: what all streams together may send is bounded by the connection
+/// window (1 MiB), and a held stream's body is dropped at once (h2 discards what still
+/// arrives).
 const MAX_CONCURRENT_STREAMS: u32 = 1024;
 
 /// hyper's defaults for what h2 leaves open-ended.
@@ -421,7 +423,7 @@ mod tests {
                     StatusCode::OK
                 }),
             );
-        serve(Listen::new("h2conn-test", "127.0.0.1:0"), app).await.unwrap()
+        serve(Listen::new("http2-test", "127.0.0.1:0"), app).await.unwrap()
     }
 
     async fn client(server: &ServerHandle) -> h2::client::SendRequest<Bytes> {
