@@ -313,7 +313,7 @@ OPEN_CGROUP=weir-throughput-open
 sleep 0.5
 # At least 6000 refusals: a client that sends DATA on streams weir has already answered
 # makes h2 count a local reset each time, against a per-connection cap (MAX_LOCAL_RESETS
-# in src/receiver/h2conn.rs); at the library default of 1024 the connections would be
+# in src/receiver/connection/http2/); at the library default of 1024 the connections would be
 # torn down here and this section fails. (With the window closed while refusing, only
 # the first refused body on each connection is sent at all.)
 REJ_N=$((SPANS_PER_RUN / 512 * 2))
@@ -475,7 +475,7 @@ disk_notes() { # disk_notes NAME LABEL
     /^weir_queue_group_commit_records\{quantile="0.5"\}/ {g50 = $NF} /^weir_queue_group_commit_records\{quantile="0.99"\}/ {g99 = $NF}
     /^weir_queue_read_records_total.*from="memory"/ {mem += $NF} /^weir_queue_read_records_total.*from="disk"/ {disk += $NF}
     END {
-      printf "%s: %d fsyncs, mean %.2f ms, %.0f%% under 0.5 ms, %.0f%% under 1 ms; records per group p50 %s, p99 %s", label, c, c ? s / c * 1000 : 0, c ? b5 / c * 100 : 0, c ? b1 / c * 100 : 0, g50 == "" ? "n/a" : g50, g99 == "" ? "n/a" : g99
+      printf "%s: %d fsyncs, mean %.2f ms, %.0f%% under 0.5 ms, %.0f%% under 1 ms; records per group p50 %s, p99 %s", label, c, c ? s / c * 1000 : 0, c ? b5 / c * 100 : 0, c ? b1 / c * 100 : 0, g50 == "" ? "n/a" : sprintf("%.0f", g50), g99 == "" ? "n/a" : sprintf("%.0f", g99)
       if (mem + disk > 0) printf "; records read from memory %.1f%% (%d of %d)", mem / (mem + disk) * 100, mem, mem + disk
       print ""
     }'
@@ -501,7 +501,7 @@ pipeline:
     DISK_QUEUES="$DISK_QUEUES before_on_ack"
   fi
   n=$((SPANS_PER_RUN / 512))
-  declare -A DISK_LABEL=([main]="memory only" [disk_on_ack]="disk, on_ack" [disk_interval]="disk, interval (100ms)" [before_on_ack]="disk, on_ack, $COMPARE_BIN")
+  declare -A DISK_LABEL=([main]="memory only" [disk_on_ack]="disk, on_ack" [disk_interval]="disk, interval (100ms)" [before_on_ack]="disk, on_ack, ${COMPARE_BIN:-}")
   for proto in $DISK_PROTOS; do
     declare -A col_cpu=() col_wall=() col_mbs=() col_rss=() col_mean=()
     for q in main $DISK_QUEUES; do run_once "$q" "$proto" 512x10 $((n / 5)) "-m 16" > /dev/null; done
