@@ -1,7 +1,7 @@
 //! The floor under a refusal's cost: a bare HTTP/2 server that answers every request
 //! with weir's quota refusal (429, `retry-after`, the same 112-byte body) and does
 //! nothing else. No routing, no auth, no throttle, no tower, no hyper, no task per
-//! stream: the h2 crate weir is built on, weir's socket layer (`rxstamp::Stamped`:
+//! stream: the h2 crate weir is built on, weir's socket layer (`stamp::Stamped`:
 //! read-ahead, gathered writes), weir's allocator and runtime. What weir spends on a
 //! refusal above what this spends is what weir itself adds; the rest is HTTP/2 framing,
 //! HPACK and the kernel. `scripts/bench-throughput.sh` runs it next to weir.
