@@ -76,7 +76,8 @@ fn expand(tree: &str) -> Vec<String> {
         return vec![tree.split(" as ").next().unwrap().trim().to_string()];
     };
     let prefix = &tree[..open];
-    let inner = &tree[open + 1..tree.rfind('}').unwrap()];
+    let Some(close) = tree.rfind('}').filter(|&c| c > open) else { return vec![prefix.trim_end_matches("::").to_string()] };
+    let inner = &tree[open + 1..close];
     let mut parts = Vec::new();
     let (mut depth, mut start) = (0, 0);
     for (i, c) in inner.char_indices() {
@@ -106,7 +107,10 @@ fn named_paths(code: &str) -> Vec<(String, bool)> {
     let mut rest = code;
     // `use` statements (possibly over several lines).
     while let Some(i) = rest.find("use ") {
-        let at_start = rest[..i].chars().last().is_none_or(|c| !is_ident(c) && c != ':');
+        // A `use` item starts its line (after `pub`, `pub(crate)` and indentation).
+        let line_start = rest[..i].rfind('\n').map_or(0, |n| n + 1);
+        let before = rest[line_start..i].trim();
+        let at_start = before.is_empty() || before == "pub" || before.starts_with("pub(");
         let after = &rest[i + 4..];
         let end = after.find(';').unwrap_or(after.len());
         if at_start && after.starts_with(|c: char| is_ident(c) || c == '{') {

@@ -19,6 +19,8 @@ pub enum ExporterConfig {
     Debug(DebugExporterConfig),
     /// Counts only; for benchmarks.
     Blackhole(BlackholeExporterConfig),
+    /// Routes by trace ID (or service, or resource) to a fleet of OTLP backends.
+    Loadbalancing(LoadBalancingExporterConfig),
 }
 
 /// The `file` exporter.
@@ -133,6 +135,153 @@ pub struct BlackholeExporterConfig {
     pub name: Option<String>,
 }
 
+/// What the `loadbalancing` exporter routes by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RoutingKeyConfig {
+    /// Each span's trace ID (log records' too where they carry one; metrics by resource).
+    #[default]
+    TraceId,
+    /// The resource's `service.name`.
+    Service,
+    /// The whole resource.
+    Resource,
+}
+
+/// The `loadbalancing` exporter.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadBalancingExporterConfig {
+    /// Name used in metrics and logs; defaults to the type.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `trace_id` (the default), `service` or `resource`.
+    #[serde(default)]
+    pub routing_key: RoutingKeyConfig,
+    /// `otlp` (gRPC, the default) or `otlphttp`: how each backend is spoken to.
+    #[serde(default = "default_protocol")]
+    pub protocol: String,
+    /// A backend failing this long leaves the ring (its data goes to the others) until a
+    /// probe finds it healthy again.
+    #[serde(default = "default_failover_after", with = "humantime_serde")]
+    pub failover_after: Duration,
+    /// Where the backends come from: exactly one of `static`, `dns` or `file`.
+    pub resolver: ResolverConfig,
+    /// Per backend, as for `otlp` / `otlphttp`.
+    #[serde(default = "default_compression")]
+    pub compression: String,
+    /// Per attempt, per backend.
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// The whole batch's retries (`max_elapsed` bounds a batch across failovers).
+    #[serde(default)]
+    pub retry: RetryConfig,
+    /// Extra headers / metadata on every backend request (`${tenant}` allowed).
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+}
+
+fn default_protocol() -> String {
+    "otlp".into()
+}
+fn default_failover_after() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// `resolver:` of the `loadbalancing` exporter.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResolverConfig {
+    /// A fixed list of endpoints (`http://host:port`).
+    #[serde(default, rename = "static")]
+    pub fixed: Option<Vec<String>>,
+    /// A DNS name whose addresses are the backends (a headless Service).
+    #[serde(default)]
+    pub dns: Option<DnsResolverConfig>,
+    /// A file with one endpoint a line, re-read when it changes.
+    #[serde(default)]
+    pub file: Option<FileResolverConfig>,
+}
+
+/// `resolver.dns`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DnsResolverConfig {
+    /// The name to resolve.
+    pub hostname: String,
+    /// The backends' port.
+    pub port: u16,
+    /// How often to resolve again.
+    #[serde(default = "default_resolve_interval", with = "humantime_serde")]
+    pub interval: Duration,
+}
+
+/// `resolver.file`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileResolverConfig {
+    /// The file: one endpoint a line; blank lines and `#` comments are skipped.
+    pub path: PathBuf,
+    /// How often to look for changes.
+    #[serde(default = "default_file_interval", with = "humantime_serde")]
+    pub interval: Duration,
+}
+
+fn default_resolve_interval() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_file_interval() -> Duration {
+    Duration::from_secs(1)
+}
+
+impl LoadBalancingExporterConfig {
+    /// The options of one backend at `endpoint`, as an `otlp` / `otlphttp` exporter's,
+    /// retrying for at most `failover_after` before the batch fails over.
+    pub fn backend(&self, endpoint: &str) -> OtlpExporterConfig {
+        OtlpExporterConfig {
+            name: self.name.clone(),
+            endpoint: endpoint.to_string(),
+            compression: self.compression.clone(),
+            timeout: self.timeout,
+            retry: RetryConfig { max_elapsed: self.failover_after, ..self.retry.clone() },
+            headers: self.headers.clone(),
+        }
+    }
+
+    fn validate(&self, key: &str) -> Result<(), ConfigError> {
+        if !matches!(self.protocol.as_str(), "otlp" | "otlphttp") {
+            return Err(ConfigError::invalid(format!("{key}.protocol"), format!("`{}` must be `otlp` or `otlphttp`", self.protocol)));
+        }
+        if self.failover_after.is_zero() {
+            return Err(ConfigError::invalid(format!("{key}.failover_after"), "must be > 0"));
+        }
+        let r = &self.resolver;
+        let set = [r.fixed.is_some(), r.dns.is_some(), r.file.is_some()].iter().filter(|&&b| b).count();
+        if set != 1 {
+            return Err(ConfigError::invalid(format!("{key}.resolver"), "needs exactly one of `static`, `dns` or `file`"));
+        }
+        for (i, e) in r.fixed.iter().flatten().enumerate() {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                return Err(ConfigError::invalid(
+                    format!("{key}.resolver.static[{i}]"),
+                    format!("`{e}` must start with http:// or https://"),
+                ));
+            }
+        }
+        if let Some(d) = &r.dns {
+            if d.hostname.is_empty() || d.port == 0 || d.interval.is_zero() {
+                return Err(ConfigError::invalid(format!("{key}.resolver.dns"), "needs a hostname, a port and an interval > 0"));
+            }
+        }
+        if let Some(f) = &r.file {
+            if f.interval.is_zero() {
+                return Err(ConfigError::invalid(format!("{key}.resolver.file.interval"), "must be > 0"));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl ExporterConfig {
     /// The exporter's name for metrics and logs.
     pub fn name(&self) -> String {
@@ -142,6 +291,7 @@ impl ExporterConfig {
             ExporterConfig::Otlphttp(c) => (&c.name, "otlphttp"),
             ExporterConfig::Debug(c) => (&c.name, "debug"),
             ExporterConfig::Blackhole(c) => (&c.name, "blackhole"),
+            ExporterConfig::Loadbalancing(c) => (&c.name, "loadbalancing"),
         };
         name.clone().unwrap_or_else(|| kind.to_string())
     }
@@ -181,6 +331,11 @@ impl ExporterConfig {
                 Ok(())
             }
             ExporterConfig::Blackhole(_) => Ok(()),
+            ExporterConfig::Loadbalancing(c) => {
+                let probe = c.backend("http://backend");
+                check_common(&probe.endpoint, &c.compression, c.timeout, &c.retry)?;
+                c.validate(key)
+            }
         }
     }
 }

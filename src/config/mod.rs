@@ -14,8 +14,8 @@ mod throttle;
 
 pub use admission::{BbrConfig, BurstDampingConfig, ConnectionSignalConfig, KneeConfig, PidConfig, SlowStartConfig};
 pub use exporter::{
-    BlackholeExporterConfig, DebugExporterConfig, ExporterConfig, FileExporterConfig, OtlpExporterConfig, OtlpHttpExporterConfig,
-    RetryConfig,
+    BlackholeExporterConfig, DebugExporterConfig, DnsResolverConfig, ExporterConfig, FileExporterConfig, FileResolverConfig,
+    LoadBalancingExporterConfig, OtlpExporterConfig, OtlpHttpExporterConfig, ResolverConfig, RetryConfig, RoutingKeyConfig,
 };
 pub use middleware::{ConnLimit, MiddlewareSpec, ServerKind, CONN_COST_BYTES};
 pub use pipeline::{BatchConfig, DiskConfig, PipelineConfig, QueueConfig, SyncMode};

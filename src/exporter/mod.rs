@@ -3,13 +3,16 @@
 mod blackhole;
 mod debug;
 mod file;
+mod loadbalancing;
 mod otlp_grpc;
 mod otlp_http;
 pub mod retry;
+pub mod ring;
 
 pub use blackhole::BlackholeExporter;
 pub use debug::DebugExporter;
 pub use file::FileExporter;
+pub use loadbalancing::LoadBalancingExporter;
 pub use otlp_grpc::{retry_delay as retry_delay_of, OtlpGrpcExporter};
 pub use otlp_http::OtlpHttpExporter;
 
@@ -98,6 +101,7 @@ pub fn build(configs: &[ExporterConfig]) -> Result<Vec<Arc<dyn Exporter>>, Build
                 ExporterConfig::Otlphttp(o) => Arc::new(OtlpHttpExporter::new(name.clone(), o).map_err(err)?),
                 ExporterConfig::Debug(d) => Arc::new(DebugExporter::new(name.clone(), d.verbosity == "detailed")),
                 ExporterConfig::Blackhole(_) => Arc::new(BlackholeExporter::new(name.clone())),
+                ExporterConfig::Loadbalancing(l) => Arc::new(LoadBalancingExporter::new(name.clone(), l).map_err(err)?),
             };
             Ok(e)
         })

@@ -3,5 +3,6 @@
 pub mod codec;
 pub mod json;
 pub mod profiles;
+pub mod split;
 pub mod synth;
 pub mod wire;

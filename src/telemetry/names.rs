@@ -21,6 +21,19 @@ pub const ITEMS_DROPPED: &str = "weir_items_dropped_total";
 pub const QUEUE_BYTES: &str = "weir_pipeline_queue_bytes";
 /// Exporter requests by `exporter` and `outcome` (sent, failed).
 pub const EXPORTER_REQUESTS: &str = "weir_exporter_requests_total";
+/// Backends in a `loadbalancing` exporter's ring, by `exporter`.
+pub const LB_BACKENDS: &str = "weir_loadbalancing_backends";
+/// Ring changes, by `exporter` and `change` (joined, left, failed_over, rejoined).
+pub const LB_MEMBERSHIP: &str = "weir_loadbalancing_membership_changes_total";
+/// Items delivered, by `exporter` and `backend` (the endpoint; bounded by the resolver's set).
+pub const LB_ITEMS: &str = "weir_loadbalancing_items_total";
+/// Items sent to another backend than first chosen (failover or a backend gone): for
+/// traces, locality broken, by `exporter`.
+pub const LB_REROUTED: &str = "weir_loadbalancing_rerouted_items_total";
+/// Spans routed by the fallback key (no valid trace ID), by `exporter`.
+pub const LB_FALLBACK: &str = "weir_loadbalancing_fallback_items_total";
+/// Failed or empty resolutions (the last set is kept), by `exporter` and `resolver`.
+pub const LB_RESOLVER_ERRORS: &str = "weir_loadbalancing_resolver_errors_total";
 /// Open connections by `server`.
 pub const CONNECTIONS: &str = "weir_receiver_connections";
 /// The connection cap in force, by `server` (`maxconns`; absent without one).
