@@ -2,7 +2,8 @@
 //! protobuf, gzipped and zstd-compressed protobuf, a gRPC message frame and gzip- and
 //! zstd-compressed gRPC frames (gzip level 6, zstd level 3 with the content size in the
 //! frame, as the OpenTelemetry SDKs' and Collector's one-shot encoders write them).
-//! The same seed gives the same bytes on every run and machine.
+//! The same seed gives the same bytes on every run and machine. `512x10-64traces.pb` has
+//! the same spans in 64 traces, for the routing benchmark.
 //!
 //! `cargo run --release --example throughput_bodies -- OUTDIR`
 
@@ -56,4 +57,12 @@ fn main() {
             zst.len()
         );
     }
+    // 512x10 again, its spans in 64 traces (8 spans each, interleaved), as a batching SDK
+    // sends them: the body `scripts/bench-routing.sh` splits by trace ID.
+    let mut req = weir::otlp::synth::traces_request(512, 10, ATTR_LEN, SEED);
+    for (i, span) in req.resource_spans[0].scope_spans[0].spans.iter_mut().enumerate() {
+        let t = (i % 64) as u64 + 1;
+        span.trace_id = [t.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_le_bytes(), (t ^ 0x5bd1_e995).to_le_bytes()].concat();
+    }
+    write("512x10-64traces.pb".into(), &req.encode_to_vec());
 }

@@ -198,7 +198,25 @@ async fn traces_stay_whole_across_a_kill_and_a_new_backend() {
         assert!((120..=280).contains(&n), "backend {b} has {n} of 600 traces");
     }
 
-    // One killed: after failover_after its traces go to the other two; nothing lost.
+    let routing: serde_json::Value = reqwest::get(format!("{}/debug/routing", lb.admin())).await.unwrap().json().await.unwrap();
+    assert_eq!(routing[0]["ring"].as_array().map(Vec::len), Some(3), "{routing}");
+
+    // One killed and back within failover_after: its traces wait for it, none lost or moved.
+    tiers[1].0.kill9();
+    let sending = tokio::spawn({
+        let url = lb.url();
+        async move { send(&url, requests(500, 300)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    tiers[1].0.start().await;
+    sending.await.unwrap();
+    let missing = wait_all(&outs, &span_names(500, 300), 30).await;
+    assert!(missing.is_empty(), "{} spans lost across a quick restart, e.g. {:?}", missing.len(), &missing[..missing.len().min(5)]);
+    let at = placement(&outs, 500, 300);
+    assert!(at.values().all(|&w| w < 3), "a trace split over backends across a quick restart");
+    assert!(at.values().filter(|&&w| w == 1).count() > 50, "the restarted backend kept its traces");
+
+    // One killed for good: after failover_after its traces go to the other two; nothing lost.
     tiers[0].0.kill9();
     send(&lb.url(), requests(1000, 300)).await;
     let missing = wait_all(&outs, &span_names(1000, 300), 60).await;

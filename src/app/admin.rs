@@ -1,4 +1,4 @@
-//! The admin server: `/metrics`, `/healthz`, `/readyz`.
+//! The admin server: `/metrics`, `/healthz`, `/readyz`, `/debug/queue`, `/debug/routing`.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -17,6 +17,8 @@ pub struct AdminState {
     pub ready: Arc<AtomicBool>,
     /// The disk queue, for `/debug/queue`.
     pub queue: Option<Arc<crate::pipeline::disk::DiskQueue>>,
+    /// The exporters, for `/debug/routing`.
+    pub exporters: Vec<Arc<dyn crate::exporter::Exporter>>,
 }
 
 /// The admin routes; other modules may merge their own (e.g. `/debug/throttle`).
@@ -26,6 +28,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/debug/queue", get(queue))
+        .route("/debug/routing", get(routing))
         .with_state(state)
 }
 
@@ -41,6 +44,11 @@ async fn queue(State(s): State<AdminState>) -> axum::response::Response {
         Some(q) => axum::Json(q.debug()).into_response(),
         None => (StatusCode::NOT_FOUND, "no disk queue (pipeline.queue.disk is not set)\n").into_response(),
     }
+}
+
+/// The `loadbalancing` exporters' rings: every backend, healthy or not, and the ring.
+async fn routing(State(s): State<AdminState>) -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::Value::Array(s.exporters.iter().filter_map(|e| e.routing()).collect()))
 }
 
 async fn readyz(State(s): State<AdminState>) -> (StatusCode, &'static str) {

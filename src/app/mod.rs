@@ -140,6 +140,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let mut pipeline_config = config.pipeline.clone();
     pipeline_config.queue.max_bytes = queue_bytes(&config);
     tracing::info!(bytes = pipeline_config.queue.max_bytes, "pipeline queue: byte budget");
+    let routing = exporters.clone();
     let (pipeline, tasks) = Pipeline::start(&pipeline_config, exporters)?;
     publish_start_gauges(&config, &pipeline_config);
     let ingest_base = Ingest::new(Arc::clone(&pipeline));
@@ -208,8 +209,9 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     }
 
     let ready = Arc::new(AtomicBool::new(false));
-    let admin_router = admin::router(admin::AdminState { prometheus, ready: Arc::clone(&ready), queue: pipeline.disk().cloned() })
-        .merge(crate::throttle::debug::router(Arc::clone(&throttle.manager), throttle.reader.clone(), Arc::clone(&throttle.admission)));
+    let admin_router =
+        admin::router(admin::AdminState { prometheus, ready: Arc::clone(&ready), queue: pipeline.disk().cloned(), exporters: routing })
+            .merge(crate::throttle::debug::router(Arc::clone(&throttle.manager), throttle.reader.clone(), Arc::clone(&throttle.admission)));
     let admin = listener::serve(listener::Listen::new("admin", &config.admin.endpoint), admin_router).await?;
     tracing::info!(addr = %admin.local_addr, "admin listening");
     ready.store(true, Ordering::Release);

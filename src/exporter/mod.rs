@@ -72,6 +72,10 @@ pub trait Exporter: Send + Sync {
     fn splits_tenants(&self) -> bool {
         false
     }
+    /// What `/debug/routing` shows of it (the `loadbalancing` exporter's ring), if anything.
+    fn routing(&self) -> Option<serde_json::Value> {
+        None
+    }
     /// Flushes buffers at shutdown.
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {})

@@ -240,6 +240,21 @@ impl Exporter for LoadBalancingExporter {
         self.state.config.headers.values().any(|v| v.contains("${tenant}"))
     }
 
+    fn routing(&self) -> Option<serde_json::Value> {
+        let ring: Vec<String> = self.state.members.load().ring.endpoints().map(str::to_string).collect();
+        let all = self.state.all.lock().unwrap_or_else(|e| e.into_inner());
+        let backends: Vec<serde_json::Value> =
+            all.values().map(|b| serde_json::json!({"endpoint": b.endpoint, "healthy": b.healthy.load(Ordering::Acquire)})).collect();
+        Some(serde_json::json!({
+            "exporter": self.state.name,
+            "routing_key": self.state.config.routing_key,
+            "protocol": self.state.config.protocol,
+            "failover_after": format!("{:?}", self.state.config.failover_after),
+            "ring": ring,
+            "backends": backends,
+        }))
+    }
+
     fn export<'a>(&'a self, payload: &'a Payload, tenant: Option<&'a str>) -> BoxFuture<'a, Result<(), ExportError>> {
         Box::pin(async move {
             let signal = payload.signal();
