@@ -56,3 +56,53 @@ YAML
   fi
   cleanup
 done
+
+# Routing by trace ID: the SDK's BatchSpanProcessor through a tier-1 weir (loadbalancing
+# exporter over OTLP/gRPC, disk queue) to three tier-2 weirs with the file exporter.
+WORK=$(mktemp -d)
+TIER2_PIDS=()
+stop_tiers() { for p in "${TIER2_PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; }
+trap 'stop_tiers; cleanup' EXIT
+BACKENDS=() DIRS=()
+for i in 0 1 2; do
+  H=$(port); G=$(port); A=$(port)
+  cat > "$WORK/tier2-$i.yaml" <<YAML
+receiver:
+  http_server: {endpoint: "127.0.0.1:$H"}
+  grpc_server: {endpoint: "127.0.0.1:$G"}
+pipeline:
+  batch: {timeout: 20ms}
+exporters:
+  - {type: file, path: "$WORK/data$i"}
+admin: {endpoint: "127.0.0.1:$A"}
+YAML
+  WEIR_PIPELINE__SHUTDOWN_DELAY=0s ./target/debug/weir --config "$WORK/tier2-$i.yaml" > "$WORK/tier2-$i.log" 2>&1 &
+  TIER2_PIDS+=($!)
+  for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$A/readyz" > /dev/null && break; sleep 0.1; done
+  BACKENDS+=("\"http://127.0.0.1:$G\"") DIRS+=("$WORK/data$i")
+done
+HTTP_PORT=$(port); GRPC_PORT=$(port); ADMIN_PORT=$(port)
+cat > "$WORK/tier1.yaml" <<YAML
+receiver:
+  http_server: {endpoint: "127.0.0.1:$HTTP_PORT"}
+  grpc_server: {endpoint: "127.0.0.1:$GRPC_PORT"}
+pipeline:
+  batch: {timeout: 20ms}
+  queue:
+    disk: {path: "$WORK/queue"}
+exporters:
+  - type: loadbalancing
+    routing_key: trace_id
+    protocol: otlp
+    compression: none
+    resolver: {static: [$(IFS=,; echo "${BACKENDS[*]}")]}
+admin: {endpoint: "127.0.0.1:$ADMIN_PORT"}
+YAML
+WEIR_PIPELINE__SHUTDOWN_DELAY=0s ./target/debug/weir --config "$WORK/tier1.yaml" > "$WORK/weir.log" 2>&1 &
+WEIR_PID=$!
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" > /dev/null && break; sleep 0.1; done
+if ! target/pyvenv-sdk/bin/python tests/python/sdk_routing.py "http://127.0.0.1:$GRPC_PORT" "${DIRS[@]}"; then
+  echo "--- tier-1 log"; cat "$WORK/weir.log"
+  exit 1
+fi
+
