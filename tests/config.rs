@@ -439,3 +439,20 @@ fn memory_lines_keep_room_above_the_hard_line_in_small_containers() {
     let off = weir::config::ThresholdsConfig { mem_headroom_bytes: 0, ..t.clone() };
     assert_eq!(off.mem_for(Some(150 << 20)), off.mem);
 }
+
+#[test]
+fn a_loadbalancing_resolver_is_exactly_one_and_errors_name_the_key() {
+    let lb = |resolver: &str| format!("exporters:\n  - type: loadbalancing\n    resolver: {resolver}\n");
+    let e = err(&lb("{}"));
+    assert!(e.contains("exporters[0].resolver") && e.contains("exactly one"), "{e}");
+    let e = err(&lb("{static: [\"http://a:4317\"], file: {path: /tmp/x}}"));
+    assert!(e.contains("exporters[0].resolver"), "{e}");
+    let e = err(&lb("{static: [\"a:4317\"]}"));
+    assert!(e.contains("exporters[0].resolver.static[0]"), "{e}");
+    let e = err(&lb("{dns: {hostname: tier2, port: 0}}"));
+    assert!(e.contains("exporters[0].resolver.dns"), "{e}");
+    let e = err("exporters:\n  - {type: loadbalancing, protocol: kafka, resolver: {static: [\"http://a:4317\"]}}\n");
+    assert!(e.contains("exporters[0].protocol"), "{e}");
+    let ok = Config::from_yaml(&lb("{dns: {hostname: weir-tier2.observability.svc.cluster.local, port: 4317}}")).unwrap();
+    assert_eq!(ok.exporters.len(), 1);
+}
