@@ -27,8 +27,10 @@ pub enum RoutingKey {
 pub enum Split {
     /// Every item chose destination `.0`: forward the request as it arrived.
     Whole(usize),
-    /// One request per destination, in the order the destinations were first chosen.
-    Parts(Vec<(usize, Vec<u8>)>),
+    /// One request per destination, in the order the destinations were first chosen,
+    /// with its item count where items are counted by message (spans, log records;
+    /// `None` for metrics, whose items are data points).
+    Parts(Vec<(usize, Vec<u8>, Option<u64>)>),
 }
 
 /// What a split met on its way.
@@ -251,7 +253,15 @@ pub fn split(
     if seen.len() <= 1 {
         return Ok((Split::Whole(seen.first().copied().unwrap_or_else(|| route(FALLBACK_KEY))), stats));
     }
-    let parts = seen.iter().map(|&d| (d, rebuild(&resources, d))).collect();
+    let size = body.len() / seen.len() + 64;
+    let counted = matches!(signal, Signal::Traces | Signal::Logs);
+    let parts = seen
+        .iter()
+        .map(|&d| {
+            let (bytes, items) = rebuild(&resources, d, size);
+            (d, bytes, counted.then_some(items))
+        })
+        .collect();
     Ok((Split::Parts(parts), stats))
 }
 
@@ -285,10 +295,12 @@ fn item_trace_id(raw: &[u8], tag: u32) -> Result<Option<&[u8]>, SplitError> {
 }
 
 /// The request for destination `d`: each resource and scope that has items for it, with
-/// their own fields, and those items.
-fn rebuild(resources: &[Resource<'_>], d: usize) -> Vec<u8> {
-    let mut out = Vec::new();
+/// their own fields, and those items; and how many items that is.
+fn rebuild(resources: &[Resource<'_>], d: usize, size: usize) -> (Vec<u8>, u64) {
+    let mut out = Vec::with_capacity(size);
     let mut body = Vec::new();
+    let mut parts: Vec<&[u8]> = Vec::new();
+    let mut items = 0u64;
     for r in resources {
         let goes = r.whole == Some(d) || r.scopes.iter().any(|s| s.items.iter().any(|&(_, x)| x == d));
         if !goes {
@@ -299,16 +311,20 @@ fn rebuild(resources: &[Resource<'_>], d: usize) -> Vec<u8> {
             body.extend_from_slice(own);
         }
         for s in &r.scopes {
-            let mine: Vec<&[u8]> = s.items.iter().filter(|&&(_, x)| x == d).map(|&(raw, _)| raw).collect();
-            if mine.is_empty() && !(s.items.is_empty() && r.whole == Some(d)) {
+            parts.clear();
+            parts.extend(s.own.iter().copied());
+            let own = parts.len();
+            parts.extend(s.items.iter().filter(|&&(_, x)| x == d).map(|&(raw, _)| raw));
+            let mine = parts.len() - own;
+            if mine == 0 && !(s.items.is_empty() && r.whole == Some(d)) {
                 continue;
             }
-            let parts: Vec<&[u8]> = s.own.iter().copied().chain(mine).collect();
+            items += mine as u64;
             put_message(&mut body, 2, &parts);
         }
         put_message(&mut out, 1, &[&body]);
     }
-    out
+    (out, items)
 }
 
 #[cfg(test)]
@@ -388,7 +404,8 @@ mod tests {
         let body = req.encode_to_vec();
         let (split, stats) = split(Signal::Traces, &body, RoutingKey::TraceId, &mut by_first_byte(2)).unwrap();
         let Split::Parts(parts) = split else { panic!("two destinations") };
-        assert_eq!(parts.iter().map(|(d, _)| *d).collect::<Vec<_>>(), vec![1, 0]);
+        assert_eq!(parts.iter().map(|(d, _, _)| *d).collect::<Vec<_>>(), vec![1, 0]);
+        assert_eq!(parts.iter().map(|(_, _, n)| *n).collect::<Vec<_>>(), vec![Some(2), Some(2)], "spans counted per part");
         assert_eq!(stats.fallback_items, 0);
         let one = ExportTraceServiceRequest::decode(parts[0].1.as_slice()).unwrap();
         let zero = ExportTraceServiceRequest::decode(parts[1].1.as_slice()).unwrap();
@@ -450,7 +467,7 @@ mod tests {
             panic!()
         };
         assert_eq!(stats.fallback_items, 0, "a log without a trace ID goes by its resource, not the fallback");
-        assert_eq!(parts.iter().map(|(d, _)| *d).collect::<Vec<_>>(), vec![1, 7, 2]);
+        assert_eq!(parts.iter().map(|(d, _, _)| *d).collect::<Vec<_>>(), vec![1, 7, 2]);
     }
 
     #[test]
@@ -482,7 +499,7 @@ mod tests {
                 Split::Whole(_) => flat(&req),
                 Split::Parts(parts) => parts
                     .iter()
-                    .flat_map(|(_, b)| flat(&ExportTraceServiceRequest::decode(b.as_slice()).unwrap()))
+                    .flat_map(|(_, b, _)| flat(&ExportTraceServiceRequest::decode(b.as_slice()).unwrap()))
                     .collect(),
             };
             let mut want = flat(&req);

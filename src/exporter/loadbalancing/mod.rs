@@ -204,8 +204,9 @@ impl LoadBalancingExporter {
             Split::Whole(d) => vec![(Arc::clone(&members.backends[d]), bytes, items)],
             Split::Parts(parts) => parts
                 .into_iter()
-                .map(|(d, b)| {
-                    let n = crate::otlp::wire::check(signal, &b).map_or(0, |n| n as u64);
+                .map(|(d, b, n)| {
+                    // Metrics count data points: walked; spans and log records were counted by the split.
+                    let n = n.unwrap_or_else(|| crate::otlp::wire::check(signal, &b).map_or(0, |n| n as u64));
                     (Arc::clone(&members.backends[d]), Bytes::from(b), n)
                 })
                 .collect(),
