@@ -40,6 +40,10 @@ log: {{level: warn}}
 }
 
 fn tier1(dir: &Path, backends_file: &Path) -> Proc {
+    tier1_polling(dir, backends_file, "200ms")
+}
+
+fn tier1_polling(dir: &Path, backends_file: &Path, interval: &str) -> Proc {
     Proc::new(
         dir,
         "tier1",
@@ -63,7 +67,7 @@ exporters:
     failover_after: 2s
     retry: {{initial_interval: 50ms, max_interval: 200ms, max_elapsed: 60s}}
     resolver:
-      file: {{path: "{}", interval: 200ms}}
+      file: {{path: "{}", interval: {interval}}}
 admin: {{endpoint: "{{admin}}"}}
 log: {{level: info}}
 "#,
@@ -295,5 +299,39 @@ fn the_two_tier_example_passes_weir_check() {
     let kustomization = std::fs::read_to_string(root.join("kustomization.yaml")).unwrap();
     for f in ["../kubernetes", "tier2.yaml", "tier1-config.yaml", "tier1-queue.yaml"] {
         assert!(kustomization.contains(f), "kustomization.yaml does not name {f}");
+    }
+}
+
+/// The backends file is re-read on SIGHUP, not only when its polling interval comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_re_reads_the_backends_file() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    let mut tiers: Vec<(Proc, PathBuf)> = (0..2).map(|i| tier2(dir, i)).collect();
+    for (p, _) in tiers.iter_mut() {
+        p.start().await;
+    }
+    let backends = dir.join("backends");
+    std::fs::write(&backends, tiers[0].0.url()).unwrap();
+    let mut lb = tier1_polling(dir, &backends, "1h");
+    lb.start().await;
+    let ring = |routing: &serde_json::Value| routing[0]["ring"].as_array().map_or(0, Vec::len);
+    let get = |admin: String| async move {
+        reqwest::get(format!("{admin}/debug/routing")).await.unwrap().json::<serde_json::Value>().await.unwrap()
+    };
+    assert_eq!(ring(&get(lb.admin()).await), 1);
+    std::fs::write(&backends, format!("{}\n{}\n", tiers[0].0.url(), tiers[1].0.url())).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(ring(&get(lb.admin()).await), 1, "an hour's polling interval: not re-read yet");
+    let pid = lb.child.as_ref().unwrap().id();
+    assert!(std::process::Command::new("kill").args(["-HUP", &pid.to_string()]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ring(&get(lb.admin()).await) != 2 {
+        assert!(Instant::now() < deadline, "SIGHUP did not re-read the backends file\n{}", lb.log_text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    lb.stop().await;
+    for (p, _) in tiers.iter_mut() {
+        p.stop().await;
     }
 }

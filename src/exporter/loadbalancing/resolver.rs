@@ -1,4 +1,5 @@
-//! Where the backends come from: a fixed list, a file re-read when it changes, or a DNS
+//! Where the backends come from: a fixed list, a file re-read when it changes (or on
+//! SIGHUP), or a DNS
 //! name resolved again on an interval. A failed or empty DNS answer keeps the last good
 //! set (logged and counted): a resolver hiccup must not empty the ring.
 
@@ -45,15 +46,24 @@ fn read_file(f: &FileResolverConfig) -> std::io::Result<Vec<String>> {
     Ok(parse_endpoints(&std::fs::read_to_string(&f.path)?))
 }
 
-/// Re-reads the file whenever its modification time or length changes.
+/// Re-reads the file whenever its modification time or length changes, and on SIGHUP.
 async fn follow_file(state: std::sync::Weak<State>, f: FileResolverConfig) {
     let stamp = |f: &FileResolverConfig| std::fs::metadata(&f.path).ok().map(|m| (m.modified().ok(), m.len()));
     let mut last = stamp(&f);
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     loop {
-        tokio::time::sleep(f.interval).await;
+        let asked = tokio::select! {
+            _ = tokio::time::sleep(f.interval) => false,
+            Some(()) = async {
+                match hup.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => true,
+        };
         let Some(state) = state.upgrade() else { return };
         let now = stamp(&f);
-        if now == last {
+        if now == last && !asked {
             continue;
         }
         last = now;
