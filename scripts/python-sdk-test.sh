@@ -26,6 +26,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# start_weir NAME ADMIN_PORT: runs weir on WORK/NAME.yaml (log WORK/NAME.log), sets
+# STARTED to its pid and waits until it is ready.
+start_weir() {
+  WEIR_PIPELINE__SHUTDOWN_DELAY=0s ./target/debug/weir --config "$WORK/$1.yaml" > "$WORK/$1.log" 2>&1 &
+  STARTED=$!
+  for _ in $(seq 1 100); do
+    curl -sf "http://127.0.0.1:$2/readyz" > /dev/null && return 0
+    sleep 0.1
+  done
+  echo "weir $1 did not start:" >&2; cat "$WORK/$1.log" >&2; return 1
+}
+
 for mode in proto json remotewrite; do
   WORK=$(mktemp -d)
   HTTP_PORT=$(port); GRPC_PORT=$(port); ADMIN_PORT=$(port)
@@ -39,12 +51,8 @@ exporters:
   - {type: file, path: "$WORK/data"}
 admin: {endpoint: "127.0.0.1:$ADMIN_PORT"}
 YAML
-  WEIR_PIPELINE__SHUTDOWN_DELAY=0s ./target/debug/weir --config "$WORK/weir.yaml" > "$WORK/weir.log" 2>&1 &
-  WEIR_PID=$!
-  for _ in $(seq 1 100); do
-    curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" > /dev/null && break
-    sleep 0.1
-  done
+  start_weir weir "$ADMIN_PORT"
+  WEIR_PID=$STARTED
   case $mode in
     proto) cmd=(target/pyvenv-sdk/bin/python tests/python/sdk_export.py proto "http://127.0.0.1:$GRPC_PORT" "http://127.0.0.1:$HTTP_PORT" "$WORK/data") ;;
     json) cmd=(target/pyvenv-json/bin/python tests/python/sdk_export.py json "http://127.0.0.1:$GRPC_PORT" "http://127.0.0.1:$HTTP_PORT" "$WORK/data") ;;
@@ -76,9 +84,8 @@ exporters:
   - {type: file, path: "$WORK/data$i"}
 admin: {endpoint: "127.0.0.1:$A"}
 YAML
-  WEIR_PIPELINE__SHUTDOWN_DELAY=0s ./target/debug/weir --config "$WORK/tier2-$i.yaml" > "$WORK/tier2-$i.log" 2>&1 &
-  TIER2_PIDS+=($!)
-  for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$A/readyz" > /dev/null && break; sleep 0.1; done
+  start_weir "tier2-$i" "$A"
+  TIER2_PIDS+=("$STARTED")
   BACKENDS+=("\"http://127.0.0.1:$G\"") DIRS+=("$WORK/data$i")
 done
 HTTP_PORT=$(port); GRPC_PORT=$(port); ADMIN_PORT=$(port)
@@ -98,11 +105,10 @@ exporters:
     resolver: {static: [$(IFS=,; echo "${BACKENDS[*]}")]}
 admin: {endpoint: "127.0.0.1:$ADMIN_PORT"}
 YAML
-WEIR_PIPELINE__SHUTDOWN_DELAY=0s ./target/debug/weir --config "$WORK/tier1.yaml" > "$WORK/weir.log" 2>&1 &
-WEIR_PID=$!
-for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" > /dev/null && break; sleep 0.1; done
+start_weir tier1 "$ADMIN_PORT"
+WEIR_PID=$STARTED
 if ! target/pyvenv-sdk/bin/python tests/python/sdk_routing.py "http://127.0.0.1:$GRPC_PORT" "${DIRS[@]}"; then
-  echo "--- tier-1 log"; cat "$WORK/weir.log"
+  echo "--- tier-1 log"; cat "$WORK/tier1.log"
   exit 1
 fi
 
