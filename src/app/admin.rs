@@ -13,11 +13,12 @@ use std::sync::Arc;
 pub struct AdminState {
     /// The Prometheus recorder.
     pub prometheus: PrometheusHandle,
-    /// False until the receivers listen, and again once shutdown starts.
+    /// False until the receivers listen, and again once shutdown starts (an exporter that
+    /// is not ready yet, such as `kafka` before a broker answered, also holds `/readyz`).
     pub ready: Arc<AtomicBool>,
     /// The disk queue, for `/debug/queue`.
     pub queue: Option<Arc<crate::pipeline::disk::DiskQueue>>,
-    /// The exporters, for `/debug/routing`.
+    /// The exporters, for `/debug/routing` and `/readyz`.
     pub exporters: Vec<Arc<dyn crate::exporter::Exporter>>,
 }
 
@@ -52,7 +53,7 @@ async fn routing(State(s): State<AdminState>) -> axum::Json<serde_json::Value> {
 }
 
 async fn readyz(State(s): State<AdminState>) -> (StatusCode, &'static str) {
-    if s.ready.load(Ordering::Acquire) {
+    if s.ready.load(Ordering::Acquire) && s.exporters.iter().all(|e| e.ready()) {
         (StatusCode::OK, "ready\n")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")

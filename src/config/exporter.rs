@@ -21,6 +21,8 @@ pub enum ExporterConfig {
     Blackhole(BlackholeExporterConfig),
     /// Routes by trace ID (or service, or resource) to a fleet of OTLP backends.
     Loadbalancing(LoadBalancingExporterConfig),
+    /// Kafka topics, one per signal.
+    Kafka(super::kafka::KafkaExporterConfig),
 }
 
 /// The `file` exporter.
@@ -292,6 +294,7 @@ impl ExporterConfig {
             ExporterConfig::Debug(c) => (&c.name, "debug"),
             ExporterConfig::Blackhole(c) => (&c.name, "blackhole"),
             ExporterConfig::Loadbalancing(c) => (&c.name, "loadbalancing"),
+            ExporterConfig::Kafka(c) => (&c.name, "kafka"),
         };
         name.clone().unwrap_or_else(|| kind.to_string())
     }
@@ -336,6 +339,7 @@ impl ExporterConfig {
                 check_common(&probe.endpoint, &c.compression, c.timeout, &c.retry)?;
                 c.validate(key)
             }
+            ExporterConfig::Kafka(c) => c.validate(key),
         }
     }
 }

@@ -6,6 +6,7 @@ mod admission;
 pub mod auto;
 mod envsub;
 mod exporter;
+pub mod kafka;
 pub mod middleware;
 mod pipeline;
 mod receiver;

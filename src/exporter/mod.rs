@@ -3,6 +3,7 @@
 mod blackhole;
 mod debug;
 mod file;
+mod kafka;
 mod loadbalancing;
 mod otlp_grpc;
 mod otlp_http;
@@ -12,6 +13,7 @@ pub mod ring;
 pub use blackhole::BlackholeExporter;
 pub use debug::DebugExporter;
 pub use file::FileExporter;
+pub use kafka::KafkaExporter;
 pub use loadbalancing::LoadBalancingExporter;
 pub use otlp_grpc::{retry_delay as retry_delay_of, OtlpGrpcExporter};
 pub use otlp_http::OtlpHttpExporter;
@@ -47,6 +49,15 @@ pub enum ExportError {
     /// needs the decoded form (a disagreement between the check and prost; not expected).
     #[error("cannot decode batch: {0}")]
     Decode(#[from] prost::DecodeError),
+    /// The rest of the batch was delivered, but these items could not be, for good: how
+    /// many, by reason.
+    #[error("{message}")]
+    Partial {
+        /// Items dropped, by reason.
+        dropped: Vec<(&'static str, usize)>,
+        /// What happened.
+        message: String,
+    },
 }
 
 impl ExportError {
@@ -57,6 +68,7 @@ impl ExportError {
             ExportError::RetriesExhausted { .. } => "retries_exhausted",
             ExportError::Io(_) => "io_error",
             ExportError::Decode(_) => "decode_error",
+            ExportError::Partial { .. } => "partial",
         }
     }
 }
@@ -75,6 +87,10 @@ pub trait Exporter: Send + Sync {
     /// What `/debug/routing` shows of it (the `loadbalancing` exporter's ring), if anything.
     fn routing(&self) -> Option<serde_json::Value> {
         None
+    }
+    /// Whether it can take batches: `/readyz` answers 503 while any exporter is not.
+    fn ready(&self) -> bool {
+        true
     }
     /// Flushes buffers at shutdown.
     fn shutdown(&self) -> BoxFuture<'_, ()> {
@@ -106,6 +122,7 @@ pub fn build(configs: &[ExporterConfig]) -> Result<Vec<Arc<dyn Exporter>>, Build
                 ExporterConfig::Debug(d) => Arc::new(DebugExporter::new(name.clone(), d.verbosity == "detailed")),
                 ExporterConfig::Blackhole(_) => Arc::new(BlackholeExporter::new(name.clone())),
                 ExporterConfig::Loadbalancing(l) => Arc::new(LoadBalancingExporter::new(name.clone(), l).map_err(err)?),
+                ExporterConfig::Kafka(k) => Arc::new(KafkaExporter::new(name.clone(), k).map_err(err)?),
             };
             Ok(e)
         })

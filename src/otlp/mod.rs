@@ -1,5 +1,6 @@
 //! OTLP encodings beyond what prost gives: canonical OTLP/JSON.
 
+pub mod chunk;
 pub mod codec;
 pub mod json;
 pub mod profiles;

@@ -47,18 +47,18 @@ pub const FALLBACK_KEY: &[u8] = b"weir:no-trace-id";
 /// A request the splitter cannot read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("cannot split the request: {0}")]
-pub struct SplitError(&'static str);
+pub struct SplitError(pub(super) &'static str);
 
-const LEN: u8 = 2;
+pub(super) const LEN: u8 = 2;
 
 /// One field of a message.
-struct Field<'a> {
-    tag: u32,
-    wire: u8,
+pub(super) struct Field<'a> {
+    pub(super) tag: u32,
+    pub(super) wire: u8,
     /// A length-delimited field's payload; empty for other wire types.
-    value: &'a [u8],
+    pub(super) value: &'a [u8],
     /// The whole field, key included.
-    raw: &'a [u8],
+    pub(super) raw: &'a [u8],
 }
 
 fn varint(buf: &[u8], pos: &mut usize) -> Result<u64, SplitError> {
@@ -75,7 +75,7 @@ fn varint(buf: &[u8], pos: &mut usize) -> Result<u64, SplitError> {
 }
 
 /// The fields of `buf`, in order.
-fn fields(buf: &[u8]) -> impl Iterator<Item = Result<Field<'_>, SplitError>> {
+pub(super) fn fields(buf: &[u8]) -> impl Iterator<Item = Result<Field<'_>, SplitError>> {
     let mut pos = 0;
     std::iter::from_fn(move || {
         if pos >= buf.len() {
@@ -121,7 +121,7 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 /// Appends a length-delimited field `tag` made of `parts`.
-fn put_message(out: &mut Vec<u8>, tag: u32, parts: &[&[u8]]) {
+pub(super) fn put_message(out: &mut Vec<u8>, tag: u32, parts: &[&[u8]]) {
     put_varint(out, u64::from(tag) << 3 | u64::from(LEN));
     put_varint(out, parts.iter().map(|p| p.len() as u64).sum());
     for p in parts {

@@ -187,6 +187,15 @@ pub async fn export_worker(
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
                 }
+                Err(ExportError::Partial { dropped, message }) => {
+                    let lost: usize = dropped.iter().map(|(_, n)| n).sum();
+                    tracing::warn!(exporter = %name, signal, items = batch.items, dropped = lost, %message, "export done in part; items dropped");
+                    metrics::counter!(names::ITEMS_EXPORTED, "signal" => signal, "exporter" => name.clone())
+                        .increment(batch.items.saturating_sub(lost) as u64);
+                    for (reason, n) in dropped {
+                        metrics::counter!(names::ITEMS_DROPPED, "signal" => signal, "exporter" => name.clone(), "reason" => reason).increment(n as u64);
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(exporter = %name, signal, items = batch.items, error = %e, "export failed; items dropped");
                     metrics::counter!(names::ITEMS_DROPPED, "signal" => signal, "exporter" => name.clone(), "reason" => e.reason())

@@ -34,6 +34,18 @@ pub const LB_REROUTED: &str = "weir_loadbalancing_rerouted_items_total";
 pub const LB_FALLBACK: &str = "weir_loadbalancing_fallback_items_total";
 /// Failed or empty resolutions (the last set is kept), by `exporter` and `resolver`.
 pub const LB_RESOLVER_ERRORS: &str = "weir_loadbalancing_resolver_errors_total";
+/// Kafka messages by `exporter` and `outcome` (`sent`, `refused`: the broker refused it
+/// for good).
+pub const KAFKA_MESSAGES: &str = "weir_kafka_messages_total";
+/// Bytes of the Kafka messages acknowledged by the brokers, by `exporter`.
+pub const KAFKA_BYTES: &str = "weir_kafka_message_bytes_total";
+/// Failed Kafka attempts by `exporter` and `kind` (`connect`, `timeout`, `transient`,
+/// `unknown_topic`, `refused`, `too_large`).
+pub const KAFKA_ERRORS: &str = "weir_kafka_errors_total";
+/// Time from producing a message to the brokers' acknowledgement, by `exporter`.
+pub const KAFKA_PRODUCE_DURATION: &str = "weir_kafka_produce_duration_seconds";
+/// 1 while the brokers answer, 0 since an attempt failed to reach them, by `exporter`.
+pub const KAFKA_UP: &str = "weir_kafka_up";
 /// Open connections by `server`.
 pub const CONNECTIONS: &str = "weir_receiver_connections";
 /// The connection cap in force, by `server` (`maxconns`; absent without one).
