@@ -2,7 +2,8 @@
 # Runs real Python clients against a real weir and checks the file exporter's output:
 # the OpenTelemetry SDK's gRPC + HTTP/protobuf exporters in one venv, its HTTP/JSON
 # exporter in another (their pins clash), and a Prometheus remote-write client library in
-# a third. Venvs live under target/.
+# a third; then the SDK through the kafka exporter to a Kafka-compatible broker (tansu),
+# read back with kafka-python. Venvs live under target/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +12,7 @@ venv() { # venv DIR PACKAGES...
   [ -x "$dir/bin/python" ] || python3 -m venv "$dir"
   "$dir/bin/pip" install -q --disable-pip-version-check "$@"
 }
-venv target/pyvenv-sdk opentelemetry-sdk opentelemetry-exporter-otlp-proto-grpc opentelemetry-exporter-otlp-proto-http
+venv target/pyvenv-sdk opentelemetry-sdk opentelemetry-exporter-otlp-proto-grpc opentelemetry-exporter-otlp-proto-http kafka-python
 venv target/pyvenv-json opentelemetry-exporter-otlp-json-http
 venv target/pyvenv-prw prometheus-remote-writer
 
@@ -112,3 +113,33 @@ if ! target/pyvenv-sdk/bin/python tests/python/sdk_routing.py "http://127.0.0.1:
   exit 1
 fi
 
+stop_tiers; cleanup
+
+# Kafka: the SDK's traces (gRPC), metrics and logs (HTTP) through the kafka exporter, keyed
+# by trace ID, into tansu; kafka-python reads the topics back and checks every item.
+TANSU=${TANSU:-$(bash scripts/install-tansu.sh)}
+WORK=$(mktemp -d)
+KAFKA_PORT=$(port)
+"$TANSU" broker --listener-url "tcp://127.0.0.1:$KAFKA_PORT" --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+  --storage-engine memory://tansu/ > "$WORK/tansu.log" 2>&1 &
+TANSU_PID=$!
+trap 'kill $TANSU_PID 2>/dev/null || true; cleanup' EXIT
+HTTP_PORT=$(port); GRPC_PORT=$(port); ADMIN_PORT=$(port)
+cat > "$WORK/weir.yaml" <<YAML
+receiver:
+  http_server: {endpoint: "127.0.0.1:$HTTP_PORT"}
+  grpc_server: {endpoint: "127.0.0.1:$GRPC_PORT"}
+pipeline:
+  batch: {timeout: 20ms}
+exporters:
+  - type: kafka
+    brokers: ["127.0.0.1:$KAFKA_PORT"]
+    partition_traces_by_id: true
+admin: {endpoint: "127.0.0.1:$ADMIN_PORT"}
+YAML
+start_weir weir "$ADMIN_PORT"
+WEIR_PID=$STARTED
+if ! target/pyvenv-sdk/bin/python tests/python/sdk_kafka.py "http://127.0.0.1:$GRPC_PORT" "http://127.0.0.1:$HTTP_PORT" "127.0.0.1:$KAFKA_PORT"; then
+  echo "--- weir log"; cat "$WORK/weir.log"; echo "--- tansu log"; tail -50 "$WORK/tansu.log"
+  exit 1
+fi

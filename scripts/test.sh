@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 # redis-server for the fleet's shared quotas (tests/fleet.rs starts its own on a free port).
 command -v promtool > /dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; }
 command -v redis-server > /dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }
+# tansu, a Kafka-compatible broker, for the kafka exporter's tests (built once, cached).
+TANSU=$(bash scripts/install-tansu.sh)
+export TANSU
 cargo test --workspace --all-targets
 bash scripts/python-sdk-test.sh
 bash scripts/image-test.sh

@@ -13,7 +13,7 @@ pub mod ring;
 pub use blackhole::BlackholeExporter;
 pub use debug::DebugExporter;
 pub use file::FileExporter;
-pub use kafka::KafkaExporter;
+pub use kafka::{partition as kafka_partition, KafkaExporter};
 pub use loadbalancing::LoadBalancingExporter;
 pub use otlp_grpc::{retry_delay as retry_delay_of, OtlpGrpcExporter};
 pub use otlp_http::OtlpHttpExporter;

@@ -39,7 +39,8 @@ impl Proc {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    pub async fn start(&mut self) {
+    /// Starts the process without waiting for it to be ready.
+    pub fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(["--config", self.config.to_str().unwrap()])
@@ -49,6 +50,10 @@ impl Proc {
             .spawn()
             .expect("weir starts");
         self.child = Some(child);
+    }
+
+    pub async fn start(&mut self) {
+        self.spawn();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(r) = reqwest::get(format!("{}/readyz", self.admin())).await {
