@@ -88,8 +88,10 @@ fn init_logging(log: &weir::config::LogConfig) {
     use tracing_subscriber::EnvFilter;
     // The HTTP/2 and HTTP/1 libraries log a line per broken connection at warn: weir
     // counts those (`weir_receiver_connections_*`) and a flood of them would flood the
-    // log. RUST_LOG still reaches them.
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("{},h2=error,hyper=error", log.level)));
+    // log. The Kafka client logs every connection and leader it finds at info; weir logs
+    // what matters of those itself. RUST_LOG still reaches them.
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("{},h2=error,hyper=error,rskafka=warn", log.level)));
     // Colour only for a person at a terminal, never in a file or a pipe.
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal());
     if log.format == "json" {

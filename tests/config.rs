@@ -129,7 +129,7 @@ fn every_rule_names_its_key() {
         ("exporters: [{type: blackhole}]\npipeline: {batch: {max_items: 0}}", "pipeline.batch.max_items"),
         ("exporters: [{type: blackhole}]\npipeline: {batch: {timeout: soon}}", "pipeline.batch.timeout"),
         ("exporters: []", "exporters: at least one exporter"),
-        ("exporters: [{type: kafka}]", "kafka"),
+        ("exporters: [{type: pulsar}]", "pulsar"),
         ("exporters: [{type: otlp, endpoint: \"localhost:4317\"}]", "exporters[0].endpoint"),
         (
             "exporters: [{type: otlp, endpoint: \"http://x:1\", compression: brotli}]",
@@ -455,4 +455,35 @@ fn a_loadbalancing_resolver_is_exactly_one_and_errors_name_the_key() {
     assert!(e.contains("exporters[0].protocol"), "{e}");
     let ok = Config::from_yaml(&lb("{dns: {hostname: weir-tier2.observability.svc.cluster.local, port: 4317}}")).unwrap();
     assert_eq!(ok.exporters.len(), 1);
+}
+
+#[test]
+fn kafka_settings_are_checked_and_errors_name_the_key() {
+    let k = |extra: &str| format!("exporters:\n  - type: kafka\n    brokers: [\"kafka-0:9092\"]\n{extra}");
+    let ok = Config::from_yaml(&k("")).unwrap();
+    let weir::config::ExporterConfig::Kafka(c) = &ok.exporters[0] else { panic!("a kafka exporter") };
+    assert_eq!((c.traces.topic.as_str(), c.metrics.topic.as_str(), c.logs.topic.as_str()), ("otlp_spans", "otlp_metrics", "otlp_logs"));
+    assert_eq!(c.producer.max_message_bytes, 1_000_000);
+    assert_eq!(c.producer.required_acks, "all");
+    let e = err("exporters:\n  - {type: kafka, brokers: []}\n");
+    assert!(e.contains("exporters[0].brokers"), "{e}");
+    let e = err("exporters:\n  - {type: kafka, brokers: [\"kafka://k:9092\"]}\n");
+    assert!(e.contains("exporters[0].brokers[0]") && e.contains("host:port"), "{e}");
+    let e = err(&k("    traces: {topic: \"spans/all\"}\n"));
+    assert!(e.contains("exporters[0].traces.topic"), "{e}");
+    Config::from_yaml(&k("    traces: {topic: \"spans.${tenant}\", encoding: otlp_json}\n")).unwrap();
+    let e = err(&k("    traces: {topic: t, encoding: avro}\n"));
+    assert!(e.contains("avro") || e.contains("encoding"), "{e}");
+    let e = err(&k("    producer: {required_acks: 1}\n"));
+    assert!(e.contains("exporters[0].producer.required_acks") && e.contains("all"), "{e}");
+    let e = err(&k("    producer: {compression: brotli}\n"));
+    assert!(e.contains("exporters[0].producer.compression"), "{e}");
+    let e = err(&k("    producer: {max_message_bytes: 100}\n"));
+    assert!(e.contains("exporters[0].producer.max_message_bytes"), "{e}");
+    let e = err(&k("    sasl: {mechanism: GSSAPI, username: u, password: p}\n"));
+    assert!(e.contains("exporters[0].sasl.mechanism"), "{e}");
+    let e = err(&k("    tls: {cert_file: /c.pem}\n"));
+    assert!(e.contains("exporters[0].tls"), "{e}");
+    let e = err(&k("    partitioner: crc32\n"));
+    assert!(e.contains("crc32") || e.contains("partitioner"), "{e}");
 }

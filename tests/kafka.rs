@@ -94,14 +94,16 @@ impl Tansu {
         for p in partitions {
             let pc = client.partition_client(topic, p, UnknownTopicHandling::Retry).await.unwrap();
             let mut offset = 0;
+            let deadline = Instant::now() + Duration::from_secs(30);
             loop {
+                assert!(Instant::now() < deadline, "{topic}/{p}: stuck at offset {offset}");
                 let (records, high) = pc.fetch_records(offset, 1..50_000_000, 200).await.unwrap();
                 for r in &records {
                     let rec = &r.record;
                     out.push((p, rec.key.clone(), rec.headers.get("tenant").cloned(), rec.value.clone().unwrap_or_default()));
                     offset = r.offset + 1;
                 }
-                if offset >= high || records.is_empty() && offset >= high {
+                if offset >= high {
                     break;
                 }
             }
@@ -266,7 +268,13 @@ async fn oversized_batches_are_cut_and_an_item_too_large_for_any_message_is_coun
     for (_, key, _, v) in &messages {
         assert!(key.is_none(), "unkeyed without partition_traces_by_id");
         assert!(v.len() <= 4096, "a message of {} bytes", v.len());
-        for s in ExportTraceServiceRequest::decode(v.as_slice()).unwrap().resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans) {
+        for s in ExportTraceServiceRequest::decode(v.as_slice())
+            .unwrap()
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+        {
             assert!(names.insert(s.name.clone()));
         }
     }
@@ -322,7 +330,13 @@ async fn a_broker_stopped_for_30s_under_load_loses_nothing_acknowledged() {
 
     let mut seen: BTreeMap<String, u32> = BTreeMap::new();
     for (_, _, _, v) in broker.consume("otlp_spans").await {
-        for s in ExportTraceServiceRequest::decode(v.as_slice()).unwrap().resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans) {
+        for s in ExportTraceServiceRequest::decode(v.as_slice())
+            .unwrap()
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+        {
             *seen.entry(s.name.clone()).or_default() += 1;
         }
     }
@@ -417,7 +431,13 @@ admin: {{endpoint: "{{admin}}"}}
         let mut spans = 0;
         for (_, _, header, v) in broker.consume(&format!("spans.{tenant}")).await {
             assert_eq!(header.as_deref(), Some(tenant.as_bytes()), "the tenant header");
-            for s in ExportTraceServiceRequest::decode(v.as_slice()).unwrap().resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans) {
+            for s in ExportTraceServiceRequest::decode(v.as_slice())
+                .unwrap()
+                .resource_spans
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .flat_map(|s| &s.spans)
+            {
                 assert!(s.name.starts_with(&format!("{tenant}/")), "{} in {tenant}'s topic", s.name);
                 spans += 1;
             }

@@ -1,5 +1,6 @@
 //! `exporters:`: a list, every item `{type: ..., ...}`; each batch goes to all of them.
 
+pub use super::retry::RetryConfig;
 use super::ConfigError;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -22,7 +23,7 @@ pub enum ExporterConfig {
     /// Routes by trace ID (or service, or resource) to a fleet of OTLP backends.
     Loadbalancing(LoadBalancingExporterConfig),
     /// Kafka topics, one per signal.
-    Kafka(super::kafka::KafkaExporterConfig),
+    Kafka(Box<super::kafka::KafkaExporterConfig>),
 }
 
 /// The `file` exporter.
@@ -51,31 +52,6 @@ fn default_rotate_bytes() -> u64 {
 }
 fn default_max_files() -> usize {
     5
-}
-
-/// Retry with exponential backoff and jitter.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RetryConfig {
-    /// First backoff.
-    #[serde(with = "humantime_serde")]
-    pub initial_interval: Duration,
-    /// Backoff cap.
-    #[serde(with = "humantime_serde")]
-    pub max_interval: Duration,
-    /// Give up (and count the items as dropped) after this long.
-    #[serde(with = "humantime_serde")]
-    pub max_elapsed: Duration,
-}
-
-impl Default for RetryConfig {
-    fn default() -> Self {
-        RetryConfig {
-            initial_interval: Duration::from_millis(500),
-            max_interval: Duration::from_secs(30),
-            max_elapsed: Duration::from_secs(300),
-        }
-    }
 }
 
 /// The `otlp` (gRPC) and `otlphttp` exporters.

@@ -1,7 +1,7 @@
 //! The `kafka` exporter's keys, in the Collector's vocabulary where it has one
 //! (docs/configuration.md#kafka).
 
-use super::exporter::RetryConfig;
+use super::retry::RetryConfig;
 use super::ConfigError;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -96,8 +96,9 @@ pub enum Partitioner {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProducerConfig {
-    /// `all`: a message is done once every in-sync replica has it (the only setting: weir
-    /// acknowledges nothing to a queue cursor on a leader's word alone).
+    /// `all` (or `-1`): a message is done once every in-sync replica has it (the only
+    /// setting: weir moves no queue cursor on a leader's word alone).
+    #[serde(deserialize_with = "string_or_int")]
     pub required_acks: String,
     /// `none`, `gzip`, `snappy`, `lz4` or `zstd`.
     pub compression: String,
@@ -110,7 +111,12 @@ pub struct ProducerConfig {
 
 impl Default for ProducerConfig {
     fn default() -> Self {
-        ProducerConfig { required_acks: "all".into(), compression: "none".into(), max_message_bytes: 1_000_000, linger: Duration::from_millis(5) }
+        ProducerConfig {
+            required_acks: "all".into(),
+            compression: "none".into(),
+            max_message_bytes: 1_000_000,
+            linger: Duration::from_millis(5),
+        }
     }
 }
 
@@ -139,6 +145,20 @@ pub struct SaslConfig {
     pub username: String,
     /// The password (use `${env:VAR}` to keep it out of the file).
     pub password: String,
+}
+
+/// The Collector writes `required_acks` as a number (`-1`, `1`); the word `all` reads better.
+fn string_or_int<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Int(i64),
+        Text(String),
+    }
+    Ok(match Either::deserialize(d)? {
+        Either::Int(i) => i.to_string(),
+        Either::Text(s) => s,
+    })
 }
 
 fn default_client_id() -> String {
@@ -238,6 +258,7 @@ impl KafkaExporterConfig {
 
     /// Whether batches must hold one tenant each (a topic or the header names it).
     pub fn per_tenant(&self) -> bool {
-        !self.tenant_header.is_empty() || [&self.traces, &self.metrics, &self.logs, &self.profiles].iter().any(|t| t.topic.contains("${tenant}"))
+        !self.tenant_header.is_empty()
+            || [&self.traces, &self.metrics, &self.logs, &self.profiles].iter().any(|t| t.topic.contains("${tenant}"))
     }
 }

@@ -11,6 +11,7 @@ pub mod middleware;
 mod pipeline;
 mod receiver;
 pub mod redis;
+mod retry;
 mod throttle;
 
 pub use admission::{BbrConfig, BurstDampingConfig, ConnectionSignalConfig, KneeConfig, PidConfig, SlowStartConfig};

@@ -81,8 +81,11 @@ pub fn chunk(signal: Signal, body: &[u8], max: usize) -> Result<Chunks, SplitErr
     Ok(out)
 }
 
-/// A resource-level message's own fields and its scope-level messages (field 2, whole).
-fn parts_of(msg: &[u8]) -> Result<(Vec<&[u8]>, Vec<(&[u8], &[u8])>), SplitError> {
+/// A message's own fields, and its children (field 2), each whole and its payload.
+type Parts<'a> = (Vec<&'a [u8]>, Vec<(&'a [u8], &'a [u8])>);
+
+/// A resource- or scope-level message's own fields and its children (field 2).
+fn parts_of(msg: &[u8]) -> Result<Parts<'_>, SplitError> {
     let (mut own, mut children) = (Vec::new(), Vec::new());
     for f in fields(msg) {
         let f = f?;
@@ -301,7 +304,10 @@ mod tests {
             })
             .collect();
         let req = ExportMetricsServiceRequest {
-            resource_metrics: vec![ResourceMetrics { scope_metrics: vec![ScopeMetrics { metrics, ..Default::default() }], ..Default::default() }],
+            resource_metrics: vec![ResourceMetrics {
+                scope_metrics: vec![ScopeMetrics { metrics, ..Default::default() }],
+                ..Default::default()
+            }],
         };
         let body = req.encode_to_vec();
         let c = chunk(Signal::Metrics, &body, 1024).unwrap();

@@ -193,7 +193,8 @@ pub async fn export_worker(
                     metrics::counter!(names::ITEMS_EXPORTED, "signal" => signal, "exporter" => name.clone())
                         .increment(batch.items.saturating_sub(lost) as u64);
                     for (reason, n) in dropped {
-                        metrics::counter!(names::ITEMS_DROPPED, "signal" => signal, "exporter" => name.clone(), "reason" => reason).increment(n as u64);
+                        metrics::counter!(names::ITEMS_DROPPED, "signal" => signal, "exporter" => name.clone(), "reason" => reason)
+                            .increment(n as u64);
                     }
                 }
                 Err(e) => {

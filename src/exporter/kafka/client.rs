@@ -59,9 +59,10 @@ pub fn classify(e: &ProduceError) -> Failure {
     };
     match c.as_ref() {
         ClientError::ServerError { protocol_error, .. } => match protocol_error {
-            ProtocolError::MessageTooLarge | ProtocolError::RecordListTooLarge | ProtocolError::InvalidRecord | ProtocolError::CorruptMessage => {
-                Failure::Refused
-            }
+            ProtocolError::MessageTooLarge
+            | ProtocolError::RecordListTooLarge
+            | ProtocolError::InvalidRecord
+            | ProtocolError::CorruptMessage => Failure::Refused,
             ProtocolError::UnknownTopicOrPartition => Failure::NoTopic,
             _ => Failure::Transient,
         },
@@ -136,7 +137,7 @@ impl Brokers {
 
     /// The producers of `topic`'s partitions, in partition order.
     pub async fn producers(&self, topic: &str) -> Result<Vec<Producer>, (Failure, String)> {
-        if let Some((p, at)) = self.topics.lock().expect("topics lock").get(topic) {
+        if let Some((p, at)) = self.topics.lock().unwrap_or_else(|e| e.into_inner()).get(topic) {
             if at.elapsed() < TOPIC_TTL {
                 return Ok(p.clone());
             }
@@ -164,24 +165,24 @@ impl Brokers {
         if producers.is_empty() {
             return Err((Failure::NoTopic, format!("topic `{topic}` has no partitions")));
         }
-        self.topics.lock().expect("topics lock").insert(topic.to_string(), (producers.clone(), Instant::now()));
+        self.topics.lock().unwrap_or_else(|e| e.into_inner()).insert(topic.to_string(), (producers.clone(), Instant::now()));
         Ok(producers)
     }
 
     /// Forgets `topic`'s partitions (after it went missing or its leader moved).
     pub fn forget(&self, topic: &str) {
-        self.topics.lock().expect("topics lock").remove(topic);
+        self.topics.lock().unwrap_or_else(|e| e.into_inner()).remove(topic);
     }
 
     /// Forgets the connection, so the next call connects anew.
     pub async fn reconnect(&self) {
         *self.client.lock().await = None;
-        self.topics.lock().expect("topics lock").clear();
+        self.topics.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
     /// Sends what the producers still hold (at shutdown).
     pub async fn flush(&self) {
-        let all: Vec<Producer> = self.topics.lock().expect("topics lock").values().flat_map(|(p, _)| p.clone()).collect();
+        let all: Vec<Producer> = self.topics.lock().unwrap_or_else(|e| e.into_inner()).values().flat_map(|(p, _)| p.clone()).collect();
         for p in all {
             let _ = p.flush().await;
         }

@@ -34,9 +34,12 @@ fn hex(id: &[u8]) -> Vec<u8> {
     id.iter().flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 15)]]).collect()
 }
 
+/// A request with its message key and its items.
+type Group = (Option<Vec<u8>>, Bytes, usize);
+
 /// The batch's requests before encoding: per trace when `by_trace` (traces only), else
 /// the whole batch, each with its key.
-fn groups(signal: Signal, body: &Bytes, items: usize, by_trace: bool) -> Result<Vec<(Option<Vec<u8>>, Bytes, usize)>, String> {
+fn groups(signal: Signal, body: &Bytes, items: usize, by_trace: bool) -> Result<Vec<Group>, String> {
     if !(by_trace && signal == Signal::Traces) {
         return Ok(vec![(None, body.clone(), items)]);
     }
@@ -134,7 +137,8 @@ mod tests {
         assert_eq!(m.list.len(), 4);
         for msg in &m.list {
             let req = ExportTraceServiceRequest::decode(msg.value.clone()).unwrap();
-            let ids: std::collections::BTreeSet<Vec<u8>> = req.resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans).map(|s| hex(&s.trace_id)).collect();
+            let ids: std::collections::BTreeSet<Vec<u8>> =
+                req.resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans).map(|s| hex(&s.trace_id)).collect();
             assert_eq!(ids.len(), 1, "one trace per message");
             assert_eq!(msg.key.as_ref(), ids.iter().next(), "keyed by that trace's ID in hex");
             assert_eq!(msg.items, 3);
@@ -152,7 +156,13 @@ mod tests {
         for msg in &m.list {
             assert!(msg.value.len() <= budget, "{} > {budget}", msg.value.len());
             let v: serde_json::Value = serde_json::from_slice(&msg.value).unwrap();
-            let n: usize = v["resourceSpans"].as_array().unwrap().iter().flat_map(|r| r["scopeSpans"].as_array().unwrap()).map(|s| s["spans"].as_array().unwrap().len()).sum();
+            let n: usize = v["resourceSpans"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| r["scopeSpans"].as_array().unwrap())
+                .map(|s| s["spans"].as_array().unwrap().len())
+                .sum();
             assert_eq!(n, msg.items);
             spans += n;
         }

@@ -82,7 +82,7 @@ impl KafkaExporter {
                 return Attempt::Retry { after: None, message: format!("no answer from the brokers within {:?}", self.config.timeout) };
             }
         };
-        let pending = state.lock().expect("progress lock").pending.clone();
+        let pending = state.lock().unwrap_or_else(|e| e.into_inner()).pending.clone();
         let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         let now = rskafka::chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default();
         let sends = pending.iter().map(|&i| {
@@ -100,7 +100,7 @@ impl KafkaExporter {
             }
         });
         let results = futures_util::future::join_all(sends).await;
-        let mut progress = state.lock().expect("progress lock");
+        let mut progress = state.lock().unwrap_or_else(|e| e.into_inner());
         let mut last = None;
         progress.pending.clear();
         for (i, r, took) in results {
@@ -138,7 +138,14 @@ impl KafkaExporter {
                 self.up(false);
                 // The partitions are listed again next time: a leader may have moved.
                 self.brokers.forget(topic);
-                Attempt::Retry { after: None, message: format!("topic `{topic}`: {} of {} messages not acknowledged: {message}", progress.pending.len(), pending.len()) }
+                Attempt::Retry {
+                    after: None,
+                    message: format!(
+                        "topic `{topic}`: {} of {} messages not acknowledged: {message}",
+                        progress.pending.len(),
+                        pending.len()
+                    ),
+                }
             }
         }
     }
@@ -223,7 +230,7 @@ impl Exporter for KafkaExporter {
             metrics::counter!(names::EXPORTER_REQUESTS, "exporter" => self.name.clone(), "outcome" => if r.is_ok() { "sent" } else { "failed" })
                 .increment(1);
             r?;
-            let progress = state.into_inner().expect("progress lock");
+            let progress = state.into_inner().unwrap_or_else(|e| e.into_inner());
             let mut dropped = Vec::new();
             if built.oversized_items > 0 {
                 dropped.push(("too_large", built.oversized_items));
