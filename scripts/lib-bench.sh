@@ -37,3 +37,61 @@ pin_cores() {
 stop_pid() {
   [ -n "${1:-}" ] && { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; } || true
 }
+
+# The exporter benchmarks (bench-routing.sh, bench-kafka.sh): tiers started by start_tier
+# and driven by run_tier with h2load. They need WORK, WEIR, PIDS (an array), REQUESTS,
+# BODY (a 512-span request), LOAD_CORE and CLK_TCK.
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+metric() { curl -sf "http://127.0.0.1:$1/metrics" | awk -v re="$2" '$0 ~ re {s += $NF} END {printf "%.0f\n", s}'; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+
+# start_tier NAME CORE EXPORTERS_YAML: a weir pinned to CORE; sets NAME_{PID,HTTP,GRPC,ADMIN}.
+start_tier() {
+  local name=$1 core=$2 exporters=$3 http grpc admin
+  http=$(port) grpc=$(port) admin=$(port)
+  cat > "$WORK/$name.yaml" << YAML
+receiver:
+  http_server: {endpoint: "127.0.0.1:$http"}
+  grpc_server: {endpoint: "127.0.0.1:$grpc"}
+  throttle: {enabled: false}
+pipeline:
+  # Room for a whole run: the sinks share a core with h2load, so export lags the load,
+  # and a refusal would count CPU for spans not accepted.
+  queue: {max_bytes: 1073741824}
+exporters:
+$exporters
+admin: {endpoint: "127.0.0.1:$admin"}
+log: {level: warn}
+YAML
+  taskset -c "$core" "$WEIR" --config "$WORK/$name.yaml" > "$WORK/$name.log" 2>&1 &
+  PIDS+=($!)
+  printf -v "${name}_PID" %s "$!"
+  printf -v "${name}_HTTP" %s "$http"
+  printf -v "${name}_GRPC" %s "$grpc"
+  printf -v "${name}_ADMIN" %s "$admin"
+  wait_ready "http://127.0.0.1:$admin/readyz" "$WORK/$name.log" "$name"
+}
+
+# run_tier NAME -> "spans CPU-seconds": REQUESTS requests of BODY over h2c (4 connections
+# x 16 streams), then until every accepted span is exported; CPU is NAME's utime+stime.
+run_tier() {
+  local name=$1 pid admin http t0 t1 acc sent
+  eval "pid=\$${name}_PID admin=\$${name}_ADMIN http=\$${name}_HTTP"
+  local e0 a0
+  a0=$(metric "$admin" '^weir_items_accepted_total')
+  e0=$(metric "$admin" '^weir_items_exported_total')
+  t0=$(cpu_ticks "$pid")
+  taskset -c "$LOAD_CORE" h2load -n "$REQUESTS" -c 4 -m 16 -d "$BODY" -H 'content-type: application/x-protobuf' \
+    "http://127.0.0.1:$http/v1/traces" > "$WORK/h2load.out" 2>&1
+  acc=$(($(metric "$admin" '^weir_items_accepted_total') - a0))
+  for _ in $(seq 1 1200); do
+    sent=$(($(metric "$admin" '^weir_items_exported_total') - e0))
+    [ "$sent" -ge "$acc" ] && break
+    sleep 0.05
+  done
+  t1=$(cpu_ticks "$pid")
+  [ "$acc" -eq $((REQUESTS * 512)) ] || { echo "$name accepted $acc of $((REQUESTS * 512)) spans" >&2; cat "$WORK/h2load.out" >&2; exit 1; }
+  [ "$sent" -ge "$acc" ] || { echo "$name exported $sent of $acc spans" >&2; tail "$WORK/$name.log" >&2; exit 1; }
+  echo "$acc $(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" 'BEGIN {printf "%.3f", t / hz}')"
+}

@@ -2,8 +2,9 @@
 //! real weir process: what arrives in the topics is exactly what was sent, one trace per
 //! message in one partition (the Java client's murmur2 agrees), oversized batches are cut
 //! and an item too large for any message is counted, a broker stopped for 30 s under load
-//! loses nothing weir acknowledged, and unreachable brokers hold `/readyz` with a log line
-//! naming them.
+//! loses nothing weir acknowledged, unreachable brokers hold `/readyz` with a log line
+//! naming them, and mutual TLS works through a TLS front (tansu's own TLS and SASL need
+//! users that its in-memory store cannot keep, so SASL is not tested here).
 //!
 //! Needs `tansu` (`scripts/install-tansu.sh` installs it; `TANSU` names the binary, else
 //! it is looked up on PATH and in that script's folder). The kafka-python consumer of
@@ -42,6 +43,8 @@ fn tansu_bin() -> PathBuf {
 struct Tansu {
     child: Child,
     port: u16,
+    /// A TLS front's port and a client config for it, when clients must come through one.
+    front: Option<(u16, std::sync::Arc<rustls::ClientConfig>)>,
 }
 
 impl Tansu {
@@ -50,16 +53,22 @@ impl Tansu {
     }
 
     async fn start_on(dir: &Path, port: u16) -> Tansu {
+        Self::start_advertising(dir, port, port).await
+    }
+
+    /// Listens on `port` and tells clients to come to `advertised` (a TLS front).
+    async fn start_advertising(dir: &Path, port: u16, advertised: u16) -> Tansu {
         let url = format!("tcp://127.0.0.1:{port}");
+        let adv = format!("tcp://127.0.0.1:{advertised}");
         let log = std::fs::File::create(dir.join(format!("tansu-{port}.log"))).unwrap();
         let child = Command::new(tansu_bin())
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--storage-engine", "memory://tansu/"])
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &adv, "--storage-engine", "memory://tansu/"])
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .stdin(std::process::Stdio::null())
             .spawn()
             .expect("tansu starts");
-        let t = Tansu { child, port };
+        let t = Tansu { child, port, front: None };
         let deadline = Instant::now() + Duration::from_secs(30);
         while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
             assert!(Instant::now() < deadline, "tansu did not listen on {port}");
@@ -69,7 +78,15 @@ impl Tansu {
     }
 
     fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.front.as_ref().map_or(self.port, |f| f.0))
+    }
+
+    async fn client(&self) -> rskafka::client::Client {
+        let mut b = ClientBuilder::new(vec![self.addr()]);
+        if let Some((_, tls)) = &self.front {
+            b = b.tls_config(std::sync::Arc::clone(tls));
+        }
+        b.build().await.expect("a client reaches tansu")
     }
 
     fn signal(&self, sig: i32) {
@@ -78,7 +95,7 @@ impl Tansu {
     }
 
     async fn create_topics(&self, topics: &[(&str, i32)]) {
-        let client = ClientBuilder::new(vec![self.addr()]).build().await.expect("a client reaches tansu");
+        let client = self.client().await;
         let controller = client.controller_client().unwrap();
         for (name, partitions) in topics {
             controller.create_topic(*name, *partitions, 1, 5_000).await.unwrap_or_else(|e| panic!("create topic {name}: {e}"));
@@ -87,7 +104,7 @@ impl Tansu {
 
     /// Every message of `topic`: (partition, key, tenant header, value).
     async fn consume(&self, topic: &str) -> Vec<(i32, Option<Vec<u8>>, Option<Vec<u8>>, Vec<u8>)> {
-        let client = ClientBuilder::new(vec![self.addr()]).build().await.unwrap();
+        let client = self.client().await;
         let topics = client.list_topics().await.unwrap();
         let partitions = topics.into_iter().find(|t| t.name == topic).unwrap_or_else(|| panic!("topic {topic} exists")).partitions;
         let mut out = Vec::new();
@@ -444,5 +461,99 @@ admin: {{endpoint: "{{admin}}"}}
         }
         assert_eq!(spans, 30, "{tenant}'s spans, all in its topic");
     }
+    w.stop().await;
+}
+
+/// A mutual-TLS front for a broker: accepts TLS with a server certificate for 127.0.0.1
+/// from a test CA, requires a client certificate from the same CA, and forwards the bytes
+/// to `backend`. Returns the CA, a client certificate and key (PEM paths), and counts the
+/// handshakes that succeeded.
+/// A test client's TLS config for the front is the third item.
+type Front = ([PathBuf; 3], std::sync::Arc<std::sync::atomic::AtomicUsize>, std::sync::Arc<rustls::ClientConfig>);
+
+async fn tls_front(dir: &Path, listener: tokio::net::TcpListener, backend: u16) -> Front {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let server_key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().signed_by(&server_key, &issuer).unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let client = CertificateParams::new(vec!["weir".to_string()]).unwrap().signed_by(&client_key, &issuer).unwrap();
+    let write = |name: &str, pem: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, pem).unwrap();
+        p
+    };
+    let files = [write("ca.pem", ca.pem()), write("client.pem", client.pem()), write("client.key", client_key.serialize_pem())];
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der().clone()).unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots)).build().unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(server_key.serialize_der()).unwrap();
+    let config =
+        rustls::ServerConfig::builder().with_client_cert_verifier(verifier).with_single_cert(vec![server.der().clone()], key).unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let mut client_roots = rustls::RootCertStore::empty();
+    client_roots.add(ca.der().clone()).unwrap();
+    let client_key_der = rustls::pki_types::PrivateKeyDer::try_from(client_key.serialize_der()).unwrap();
+    let client_config = rustls::ClientConfig::builder()
+        .with_root_certificates(client_roots)
+        .with_client_auth_cert(vec![client.der().clone()], client_key_der)
+        .unwrap();
+    let handshakes = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&handshakes);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, count) = (acceptor.clone(), Arc::clone(&count));
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                count.fetch_add(1, Ordering::Relaxed);
+                let Ok(mut plain) = tokio::net::TcpStream::connect(("127.0.0.1", backend)).await else { return };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    (files, handshakes, Arc::new(client_config))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_to_the_brokers() {
+    let dir = tempfile::tempdir().unwrap();
+    let front = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let front_port = front.local_addr().unwrap().port();
+    let broker_port = free_port();
+    let ([ca, cert, key], handshakes, client) = tls_front(dir.path(), front, broker_port).await;
+    let mut broker = Tansu::start_advertising(dir.path(), broker_port, front_port).await;
+    broker.front = Some((front_port, client));
+    broker.create_topics(&[("otlp_spans", 2)]).await;
+    let tls = format!("    tls: {{ca_file: \"{}\", cert_file: \"{}\", key_file: \"{}\"}}", ca.display(), cert.display(), key.display());
+    let mut w = weir(dir.path(), &format!("127.0.0.1:{front_port}"), &tls, "");
+    w.start().await;
+    assert_eq!(post(&w.url(), "/v1/traces", support::traces("tls", 50, 1).encode_to_vec()).await, 200);
+    wait_settled(&w, 50.0).await;
+    assert_eq!(metric_value(&w.admin(), "weir_items_exported_total").await, Some(50.0));
+    assert!(handshakes.load(std::sync::atomic::Ordering::Relaxed) > 0, "weir came in through the TLS front");
+    let spans: usize = broker
+        .consume("otlp_spans")
+        .await
+        .iter()
+        .map(|(_, _, _, v)| ExportTraceServiceRequest::decode(v.as_slice()).unwrap().resource_spans[0].scope_spans[0].spans.len())
+        .sum();
+    assert_eq!(spans, 50);
+
+    // Without the client certificate the front refuses, and weir says so and stays unready.
+    let no_cert = format!("    tls: {{ca_file: \"{}\"}}", ca.display());
+    let dir2 = tempfile::tempdir().unwrap();
+    let mut w2 = weir(dir2.path(), &format!("127.0.0.1:{front_port}"), &no_cert, "");
+    w2.spawn();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(reqwest::get(format!("{}/readyz", w2.admin())).await.unwrap().status().as_u16(), 503);
+    assert!(w2.log_text().contains("cannot reach the brokers"), "{}", w2.log_text());
     w.stop().await;
 }
