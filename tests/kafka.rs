@@ -138,6 +138,10 @@ impl Drop for Tansu {
 }
 
 fn weir(dir: &Path, brokers: &str, exporter_extra: &str, pipeline_extra: &str) -> Proc {
+    weir_with(dir, brokers, exporter_extra, pipeline_extra, "")
+}
+
+fn weir_with(dir: &Path, brokers: &str, exporter_extra: &str, pipeline_extra: &str, receiver_extra: &str) -> Proc {
     Proc::new(
         dir,
         "weir",
@@ -147,6 +151,7 @@ receiver:
   http_server: {{endpoint: "{{http}}"}}
   grpc_server: {{endpoint: "{{grpc}}"}}
   throttle: {{enabled: false}}
+{receiver_extra}
 pipeline:
   shutdown_delay: 0s
   batch: {{max_items: 2000, timeout: 20ms}}
@@ -399,31 +404,8 @@ async fn each_tenant_gets_its_topic_and_its_name_in_a_header() {
     let dir = tempfile::tempdir().unwrap();
     let broker = Tansu::start(dir.path()).await;
     broker.create_topics(&[("spans.team-a", 1), ("spans.team-b", 1)]).await;
-    let mut w = Proc::new(
-        dir.path(),
-        "weir",
-        &format!(
-            r#"
-receiver:
-  http_server: {{endpoint: "{{http}}"}}
-  grpc_server: {{endpoint: "{{grpc}}"}}
-  throttle: {{enabled: false}}
-  auth:
-    tenants:
-      team-a: {{tokens: [token-a]}}
-      team-b: {{tokens: [token-b]}}
-pipeline:
-  shutdown_delay: 0s
-  batch: {{max_items: 2000, timeout: 50ms}}
-exporters:
-  - type: kafka
-    brokers: ["{}"]
-    traces: {{topic: "spans.${{tenant}}"}}
-admin: {{endpoint: "{{admin}}"}}
-"#,
-            broker.addr()
-        ),
-    );
+    let auth = "  auth:\n    tenants:\n      team-a: {tokens: [token-a]}\n      team-b: {tokens: [token-b]}";
+    let mut w = weir_with(dir.path(), &broker.addr(), "    traces: {topic: \"spans.${tenant}\"}", "", auth);
     w.start().await;
     let client = reqwest::Client::new();
     for i in 0..10 {
@@ -466,46 +448,38 @@ admin: {{endpoint: "{{admin}}"}}
 
 /// A mutual-TLS front for a broker: accepts TLS with a server certificate for 127.0.0.1
 /// from a test CA, requires a client certificate from the same CA, and forwards the bytes
-/// to `backend`. Returns the CA, a client certificate and key (PEM paths), and counts the
-/// handshakes that succeeded.
-/// A test client's TLS config for the front is the third item.
+/// to `backend`. Returns the CA, a client certificate and key (PEM paths), the count of
+/// handshakes that succeeded, and a test client's TLS config.
 type Front = ([PathBuf; 3], std::sync::Arc<std::sync::atomic::AtomicUsize>, std::sync::Arc<rustls::ClientConfig>);
 
 async fn tls_front(dir: &Path, listener: tokio::net::TcpListener, backend: u16) -> Front {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let server_key = KeyPair::generate().unwrap();
-    let server = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().signed_by(&server_key, &issuer).unwrap();
-    let client_key = KeyPair::generate().unwrap();
-    let client = CertificateParams::new(vec!["weir".to_string()]).unwrap().signed_by(&client_key, &issuer).unwrap();
-    let write = |name: &str, pem: String| {
-        let p = dir.join(name);
-        std::fs::write(&p, pem).unwrap();
-        p
+    let p = support::pki::pki();
+    let write = |name: &str, pem: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, pem).unwrap();
+        path
     };
-    let files = [write("ca.pem", ca.pem()), write("client.pem", client.pem()), write("client.key", client_key.serialize_pem())];
-
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.der().clone()).unwrap();
-    let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots)).build().unwrap();
-    let key = rustls::pki_types::PrivateKeyDer::try_from(server_key.serialize_der()).unwrap();
-    let config =
-        rustls::ServerConfig::builder().with_client_cert_verifier(verifier).with_single_cert(vec![server.der().clone()], key).unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let mut client_roots = rustls::RootCertStore::empty();
-    client_roots.add(ca.der().clone()).unwrap();
-    let client_key_der = rustls::pki_types::PrivateKeyDer::try_from(client_key.serialize_der()).unwrap();
-    let client_config = rustls::ClientConfig::builder()
-        .with_root_certificates(client_roots)
-        .with_client_auth_cert(vec![client.der().clone()], client_key_der)
+    let files = [write("ca.pem", &p.ca_pem), write("client.pem", &p.client_cert), write("client.key", &p.client_key)];
+    let certs = |pem: &str| rustls_pemfile::certs(&mut pem.as_bytes()).collect::<Result<Vec<_>, _>>().unwrap();
+    let key = |pem: &str| rustls_pemfile::private_key(&mut pem.as_bytes()).unwrap().unwrap();
+    let roots = || {
+        let mut r = rustls::RootCertStore::empty();
+        r.add(certs(&p.ca_pem).remove(0)).unwrap();
+        Arc::new(r)
+    };
+    let verifier = rustls::server::WebPkiClientVerifier::builder(roots()).build().unwrap();
+    let server = rustls::ServerConfig::builder()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs(&p.server_cert), key(&p.server_key))
         .unwrap();
+    let client = rustls::ClientConfig::builder()
+        .with_root_certificates(roots())
+        .with_client_auth_cert(certs(&p.client_cert), key(&p.client_key))
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
     let handshakes = Arc::new(AtomicUsize::new(0));
     let count = Arc::clone(&handshakes);
     tokio::spawn(async move {
@@ -519,7 +493,7 @@ async fn tls_front(dir: &Path, listener: tokio::net::TcpListener, backend: u16) 
             });
         }
     });
-    (files, handshakes, Arc::new(client_config))
+    (files, handshakes, Arc::new(client))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

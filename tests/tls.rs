@@ -3,36 +3,9 @@
 mod support;
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use support::pki::pki;
 use support::*;
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
-
-struct Pki {
-    ca_pem: String,
-    server_cert: String,
-    server_key: String,
-    client_cert: String,
-    client_key: String,
-}
-
-fn pki() -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let server_key = KeyPair::generate().unwrap();
-    let server = CertificateParams::new(vec!["localhost".to_string()]).unwrap().signed_by(&server_key, &issuer).unwrap();
-    let client_key = KeyPair::generate().unwrap();
-    let client = CertificateParams::new(vec!["client".to_string()]).unwrap().signed_by(&client_key, &issuer).unwrap();
-    Pki {
-        ca_pem: ca.pem(),
-        server_cert: server.pem(),
-        server_key: server_key.serialize_pem(),
-        client_cert: client.pem(),
-        client_key: client_key.serialize_pem(),
-    }
-}
 
 #[tokio::test]
 async fn http_and_grpc_over_tls() {

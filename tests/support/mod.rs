@@ -5,6 +5,7 @@
 pub mod attack;
 pub mod cgroup;
 pub mod gen;
+pub mod pki;
 pub mod process;
 pub mod throttle_fixture;
 
