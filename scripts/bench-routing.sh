@@ -44,6 +44,10 @@ for r in $(seq 1 "$RUNS"); do
   echo "run $r: otlp to one sink $p spans per CPU-second, loadbalancing to three $q (${ratios[-1]})"
 done
 split=$(curl -sf "http://127.0.0.1:$routed_ADMIN/metrics" | awk '/^weir_loadbalancing_items_total/ {match($0, /backend="[^"]*"/); b = substr($0, RSTART + 9, RLENGTH - 10); printf "%s%s %s", sep, b, $NF; sep = ", "}')
+# Requests to the backends against the plain tier's requests to its sink: the spans each carried.
+per_request() { curl -sf "http://127.0.0.1:$1/metrics" | awk -v re="$2" '$0 ~ re && /outcome="sent"/ {n += $NF} END {printf "%d requests", n}'; }
+routed_requests=$(per_request "$routed_ADMIN" '^weir_exporter_requests_total\{exporter="loadbalancing/')
+plain_requests=$(per_request "$plain_ADMIN" '^weir_exporter_requests_total\{exporter="otlp"')
 mkdir -p "$(dirname "$OUT")"
 {
   echo "# Routing by trace ID, $(date -u +%F)"
@@ -57,6 +61,6 @@ mkdir -p "$(dirname "$OUT")"
   echo "| otlp to one sink | ${plain[*]} | $(median "${plain[@]}") |"
   echo "| loadbalancing (trace_id) to three sinks | ${routed[*]} | $(median "${routed[@]}") |"
   echo
-  echo "loadbalancing / otlp, every run: ${ratios[*]}. Spans the routed tier 1 delivered over all runs (warm-up included), by backend: $split."
+  echo "loadbalancing / otlp, every run: ${ratios[*]}. Spans the routed tier 1 delivered over all runs (warm-up included), by backend: $split. Requests sent over all runs: loadbalancing to its backends $routed_requests, otlp to its sink $plain_requests."
 } > "$OUT"
 cat "$OUT"

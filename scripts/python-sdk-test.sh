@@ -16,7 +16,7 @@ venv target/pyvenv-sdk opentelemetry-sdk opentelemetry-exporter-otlp-proto-grpc 
 venv target/pyvenv-json opentelemetry-exporter-otlp-json-http
 venv target/pyvenv-prw prometheus-remote-writer
 
-cargo build -q --bin weir
+cargo build -q -p weir -p loadgen --bins
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 WEIR_PID=
 WORK=
@@ -108,10 +108,30 @@ admin: {endpoint: "127.0.0.1:$ADMIN_PORT"}
 YAML
 start_weir tier1 "$ADMIN_PORT"
 WEIR_PID=$STARTED
+# loadgen's volume beside the SDK's traces: 4 workers of 32- and 64-span requests (small
+# spans of synthetic traces, so the tier-2s' files stay quick to read back).
+target/debug/loadgen -url "http://127.0.0.1:$HTTP_PORT/v1/traces" -encoding proto -c 4 -d 3s -phases warmup,burst \
+  -warmup-spans 32 -burst-spans 64 > "$WORK/loadgen.out" 2>&1 &
+LOADGEN_PID=$!
 if ! target/pyvenv-sdk/bin/python tests/python/sdk_routing.py "http://127.0.0.1:$GRPC_PORT" "${DIRS[@]}"; then
   echo "--- tier-1 log"; cat "$WORK/tier1.log"
   exit 1
 fi
+wait "$LOADGEN_PID" || { echo "loadgen failed:"; cat "$WORK/loadgen.out"; exit 1; }
+# Everything tier 1 accepted (SDK and loadgen) reached the tier-2s: nothing stranded.
+# (A request loadgen cancelled at a phase's end may still be accepted a moment later, so
+# both counts are read again until they agree.)
+traces_total() { curl -sf "http://127.0.0.1:$ADMIN_PORT/metrics" | awk -v re="^$1\\{.*signal=\"traces\"" '$0 ~ re {s += $NF} END {printf "%.0f", s}'; }
+for _ in $(seq 1 100); do
+  accepted=$(traces_total weir_items_accepted_total)
+  exported=$(traces_total weir_items_exported_total)
+  [ "$exported" -ge "$accepted" ] && break
+  sleep 0.2
+done
+echo "routing with loadgen volume: tier 1 accepted $accepted spans, exported $exported"
+# Equal, not just at least: a request whose client hung up while it was written to the
+# disk queue is exported, so it must count as accepted too.
+[ "$accepted" -gt 20000 ] && [ "$exported" -eq "$accepted" ] || { echo "tier 1 accepted $accepted spans and exported $exported"; exit 1; }
 
 stop_tiers; cleanup
 

@@ -136,7 +136,7 @@ fn raise_open_files() -> u64 {
 pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let original = config.clone();
     let prometheus = telemetry::install_recorder();
-    let exporters = exporter::build(&config.exporters)?;
+    let exporters = exporter::build(&config.exporters, &config.pipeline.batch)?;
     let mut pipeline_config = config.pipeline.clone();
     pipeline_config.queue.max_bytes = queue_bytes(&config);
     tracing::info!(bytes = pipeline_config.queue.max_bytes, "pipeline queue: byte budget");

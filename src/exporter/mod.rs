@@ -108,8 +108,9 @@ pub struct BuildError {
     pub message: String,
 }
 
-/// Builds the configured exporters.
-pub fn build(configs: &[ExporterConfig]) -> Result<Vec<Arc<dyn Exporter>>, BuildError> {
+/// Builds the configured exporters; `batch` is the pipeline's, which the `loadbalancing`
+/// exporter applies again per backend.
+pub fn build(configs: &[ExporterConfig], batch: &crate::config::BatchConfig) -> Result<Vec<Arc<dyn Exporter>>, BuildError> {
     configs
         .iter()
         .map(|c| {
@@ -121,7 +122,7 @@ pub fn build(configs: &[ExporterConfig]) -> Result<Vec<Arc<dyn Exporter>>, Build
                 ExporterConfig::Otlphttp(o) => Arc::new(OtlpHttpExporter::new(name.clone(), o).map_err(err)?),
                 ExporterConfig::Debug(d) => Arc::new(DebugExporter::new(name.clone(), d.verbosity == "detailed")),
                 ExporterConfig::Blackhole(_) => Arc::new(BlackholeExporter::new(name.clone())),
-                ExporterConfig::Loadbalancing(l) => Arc::new(LoadBalancingExporter::new(name.clone(), l).map_err(err)?),
+                ExporterConfig::Loadbalancing(l) => Arc::new(LoadBalancingExporter::new(name.clone(), l, batch).map_err(err)?),
                 ExporterConfig::Kafka(k) => Arc::new(KafkaExporter::new(name.clone(), k).map_err(err)?),
             };
             Ok(e)

@@ -7,12 +7,14 @@
 //! that asks for a delay pauses alone. A backend still failing after `failover_after`
 //! leaves the ring, and its part is split again over the others (counted as rerouted);
 //! a probe lets it back once it answers. The batch succeeds when every part has: with
-//! the disk queue, it is acknowledged only then.
+//! the disk queue, it is acknowledged only then. Parts for a backend that is busy wait and
+//! go together in its next request, up to the pipeline's batch limits ([`coalesce`]).
 
+mod coalesce;
 mod resolver;
 
 use super::{BoxFuture, ExportError, Exporter, OtlpGrpcExporter, OtlpHttpExporter};
-use crate::config::{LoadBalancingExporterConfig, RetryConfig, RoutingKeyConfig};
+use crate::config::{BatchConfig, LoadBalancingExporterConfig, RetryConfig, RoutingKeyConfig};
 use crate::exporter::ring::Ring;
 use crate::otlp::split::{split, RoutingKey, Split};
 use crate::signal::{Encoded, Payload, Signal};
@@ -29,7 +31,9 @@ use tokio::time::Instant;
 /// One backend.
 struct Backend {
     endpoint: String,
-    exporter: Box<dyn Exporter>,
+    exporter: Arc<dyn Exporter>,
+    /// Its parts waiting for the request in flight to end.
+    coalescer: Arc<coalesce::Coalescer>,
     /// One attempt, no retries: the probe that lets a failed-over backend back in.
     probe: Box<dyn Exporter>,
     healthy: AtomicBool,
@@ -59,6 +63,8 @@ pub(crate) struct State {
     joined: Notify,
     rerouted: metrics::Counter,
     fallback: metrics::Counter,
+    /// The pipeline's batch limits, applied again per backend.
+    batch: BatchConfig,
 }
 
 impl State {
@@ -73,14 +79,15 @@ impl State {
             ..config.clone()
         };
         let name = format!("{}/{endpoint}", self.name);
-        let (exporter, probe): (Box<dyn Exporter>, Box<dyn Exporter>) = if self.config.protocol == "otlphttp" {
-            (Box::new(OtlpHttpExporter::new(name.clone(), &config)?), Box::new(OtlpHttpExporter::new(name, &probe_config)?))
+        let (exporter, probe): (Arc<dyn Exporter>, Box<dyn Exporter>) = if self.config.protocol == "otlphttp" {
+            (Arc::new(OtlpHttpExporter::new(name.clone(), &config)?), Box::new(OtlpHttpExporter::new(name, &probe_config)?))
         } else {
-            (Box::new(OtlpGrpcExporter::new(name.clone(), &config)?), Box::new(OtlpGrpcExporter::new(name, &probe_config)?))
+            (Arc::new(OtlpGrpcExporter::new(name.clone(), &config)?), Box::new(OtlpGrpcExporter::new(name, &probe_config)?))
         };
         Ok(Arc::new(Backend {
             endpoint: endpoint.to_string(),
             exporter,
+            coalescer: Arc::new(coalesce::Coalescer::new(&self.batch)),
             probe,
             healthy: AtomicBool::new(true),
             gone: watch::channel(false).0,
@@ -172,7 +179,7 @@ pub struct LoadBalancingExporter {
 
 impl LoadBalancingExporter {
     /// Builds the exporter and starts its resolver (in the running Tokio runtime).
-    pub fn new(name: String, config: &LoadBalancingExporterConfig) -> Result<Self, String> {
+    pub fn new(name: String, config: &LoadBalancingExporterConfig, batch: &BatchConfig) -> Result<Self, String> {
         let key = match config.routing_key {
             RoutingKeyConfig::TraceId => RoutingKey::TraceId,
             RoutingKeyConfig::Service => RoutingKey::Service,
@@ -186,6 +193,7 @@ impl LoadBalancingExporter {
             all: Mutex::new(BTreeMap::new()),
             members: ArcSwap::from_pointee(Members { ring: Ring::default(), backends: Vec::new() }),
             joined: Notify::new(),
+            batch: batch.clone(),
         });
         resolver::start(&state)?;
         Ok(LoadBalancingExporter { state, key })
@@ -214,21 +222,17 @@ impl LoadBalancingExporter {
     }
 }
 
-/// One part to its backend: `Ok(true)` delivered, `Ok(false)` to reroute (the backend
-/// failed for `failover_after`, or left the resolver).
+/// One part to its backend, with the parts waiting beside it: `Ok(true)` delivered,
+/// `Ok(false)` to reroute (the backend failed for `failover_after`, or left the resolver).
 async fn deliver(backend: &Backend, signal: Signal, bytes: Bytes, items: u64, tenant: Option<&str>) -> Result<bool, ExportError> {
-    let payload = Payload::Encoded(Encoded::single(signal, bytes, items as usize));
-    let mut gone = backend.gone.subscribe();
-    tokio::select! {
-        r = backend.exporter.export(&payload, tenant) => match r {
-            Ok(()) => {
-                backend.items.increment(items);
-                Ok(true)
-            }
-            Err(ExportError::RetriesExhausted { .. }) => Ok(false),
-            Err(e) => Err(e),
-        },
-        _ = gone.wait_for(|g| *g) => Ok(false),
+    let gone = backend.gone.subscribe();
+    match backend.coalescer.send(Arc::clone(&backend.exporter), gone, signal, bytes, items, tenant).await {
+        coalesce::Outcome::Delivered => {
+            backend.items.increment(items);
+            Ok(true)
+        }
+        coalesce::Outcome::Reroute => Ok(false),
+        coalesce::Outcome::Permanent(m) => Err(ExportError::Permanent(m)),
     }
 }
 

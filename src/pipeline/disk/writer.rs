@@ -214,7 +214,12 @@ impl Writer {
         }
         self.shared.records_gauge();
         for a in group {
-            let _ = a.done.send(Ok(()));
+            // A client that hung up while its request was written no longer waits to count
+            // its items accepted; they are on disk and will be exported, so count them here.
+            if a.done.send(Ok(())).is_err() {
+                let m = &a.prepared.meta;
+                metrics::counter!(names::ITEMS_ACCEPTED, "signal" => m.signal.as_str()).increment(u64::from(m.items));
+            }
         }
     }
 
