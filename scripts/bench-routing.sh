@@ -21,7 +21,7 @@ command -v h2load > /dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninte
 cargo build -q --release --bin weir --example throughput_bodies
 ./target/release/examples/throughput_bodies target/throughput/bodies > /dev/null
 BODY=target/throughput/bodies/512x10-64traces.pb
-WEIR=./target/release/weir
+WEIR=${WEIR:-./target/release/weir}
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2> /dev/null || true; done; wait 2> /dev/null || true; rm -rf "$WORK"; }

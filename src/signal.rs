@@ -151,6 +151,15 @@ impl Payload {
         }
     }
 
+    /// The protobuf encoding as the pieces it is made of: the requests an encoded batch
+    /// appended, shared, not joined (a decoded payload is encoded into one piece).
+    pub fn pieces(&self) -> Vec<Bytes> {
+        match self {
+            Payload::Encoded(e) => e.chunks.clone(),
+            other => vec![Bytes::from(other.encode_to_vec())],
+        }
+    }
+
     /// The decoded form: borrowed when decoded already, else decoded from the bytes
     /// (which were checked on arrival, so this does not fail in practice; if it does, the
     /// error says why and the caller drops the batch with that reason).

@@ -3,10 +3,9 @@
 use super::retry::{with_retry, Attempt};
 use super::{BoxFuture, ExportError, Exporter};
 use crate::config::OtlpExporterConfig;
-use crate::otlp::codec::BytesCodec;
+use crate::otlp::codec::{Pieces, PiecesCodec};
 use crate::rpc;
 use crate::signal::{Payload, Signal};
-use bytes::Bytes;
 use http::uri::PathAndQuery;
 use prost::Message;
 use std::time::Duration;
@@ -48,7 +47,7 @@ impl OtlpGrpcExporter {
         Ok(OtlpGrpcExporter { name, channel, config: config.clone(), metadata, per_tenant })
     }
 
-    async fn attempt(&self, signal: Signal, body: &Bytes, metadata: &MetadataMap) -> Attempt {
+    async fn attempt(&self, signal: Signal, body: &Pieces, metadata: &MetadataMap) -> Attempt {
         let mut grpc = tonic::client::Grpc::new(self.channel.clone()).max_decoding_message_size(64 << 20);
         // tonic compresses the message itself (flate2 on zlib-rs for gzip, zstd's
         // default level for zstd): its framing leaves no place to hand it a compressed one.
@@ -61,7 +60,7 @@ impl OtlpGrpcExporter {
             return Attempt::Retry { after: None, message: format!("channel not ready: {e}") };
         }
         let path = PathAndQuery::from_static(signal.grpc_path());
-        match grpc.unary(self.request(body.clone(), metadata), path, BytesCodec).await {
+        match grpc.unary(self.request(body.clone(), metadata), path, PiecesCodec).await {
             Ok(_) => Attempt::Done,
             Err(status) => classify_status(&status),
         }
@@ -107,9 +106,10 @@ impl Exporter for OtlpGrpcExporter {
     }
     fn export<'a>(&'a self, payload: &'a Payload, tenant: Option<&'a str>) -> BoxFuture<'a, Result<(), ExportError>> {
         Box::pin(async move {
-            // Encoded once, sent as bytes on every attempt (a batch of requests that
-            // arrived as protobuf is forwarded without being decoded or copied).
-            let body = payload.to_bytes();
+            // Encoded once, sent as the pieces it is on every attempt (a batch of requests
+            // that arrived as protobuf is forwarded without being decoded or joined: tonic's
+            // buffer gets the one copy).
+            let body = Pieces(payload.pieces());
             let mut metadata = self.metadata.clone();
             for (k, t) in &self.per_tenant {
                 // A tenant name that is not a valid metadata value leaves it out.
