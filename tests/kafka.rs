@@ -188,6 +188,12 @@ async fn wait_settled(w: &Proc, n: f64) {
     }
 }
 
+/// The spans of a message holding a trace export request.
+fn spans_of(v: &[u8]) -> Vec<opentelemetry_proto::tonic::trace::v1::Span> {
+    let req = ExportTraceServiceRequest::decode(v).expect("each message is an export request");
+    req.resource_spans.into_iter().flat_map(|r| r.scope_spans).flat_map(|s| s.spans).collect()
+}
+
 fn hex(id: &[u8]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -290,13 +296,7 @@ async fn oversized_batches_are_cut_and_an_item_too_large_for_any_message_is_coun
     for (_, key, _, v) in &messages {
         assert!(key.is_none(), "unkeyed without partition_traces_by_id");
         assert!(v.len() <= 4096, "a message of {} bytes", v.len());
-        for s in ExportTraceServiceRequest::decode(v.as_slice())
-            .unwrap()
-            .resource_spans
-            .iter()
-            .flat_map(|r| &r.scope_spans)
-            .flat_map(|s| &s.spans)
-        {
+        for s in spans_of(v) {
             assert!(names.insert(s.name.clone()));
         }
     }
@@ -352,13 +352,7 @@ async fn a_broker_stopped_for_30s_under_load_loses_nothing_acknowledged() {
 
     let mut seen: BTreeMap<String, u32> = BTreeMap::new();
     for (_, _, _, v) in broker.consume("otlp_spans").await {
-        for s in ExportTraceServiceRequest::decode(v.as_slice())
-            .unwrap()
-            .resource_spans
-            .iter()
-            .flat_map(|r| &r.scope_spans)
-            .flat_map(|s| &s.spans)
-        {
+        for s in spans_of(&v) {
             *seen.entry(s.name.clone()).or_default() += 1;
         }
     }
@@ -430,13 +424,7 @@ async fn each_tenant_gets_its_topic_and_its_name_in_a_header() {
         let mut spans = 0;
         for (_, _, header, v) in broker.consume(&format!("spans.{tenant}")).await {
             assert_eq!(header.as_deref(), Some(tenant.as_bytes()), "the tenant header");
-            for s in ExportTraceServiceRequest::decode(v.as_slice())
-                .unwrap()
-                .resource_spans
-                .iter()
-                .flat_map(|r| &r.scope_spans)
-                .flat_map(|s| &s.spans)
-            {
+            for s in spans_of(&v) {
                 assert!(s.name.starts_with(&format!("{tenant}/")), "{} in {tenant}'s topic", s.name);
                 spans += 1;
             }
