@@ -2,8 +2,8 @@
 //! real weir process: what arrives in the topics is exactly what was sent, one trace per
 //! message in one partition (the Java client's murmur2 agrees), oversized batches are cut
 //! and an item too large for any message is counted, a broker stopped for 30 s under load
-//! loses nothing weir acknowledged, unreachable brokers hold `/readyz` with a log line
-//! naming them, and mutual TLS works through a TLS front (tansu's own TLS and SASL need
+//! loses nothing weir acknowledged, unreachable or stalled brokers hold `/readyz` with a
+//! log line naming them, and mutual TLS works through a TLS front (tansu's own TLS and SASL need
 //! users that its in-memory store cannot keep, so SASL is not tested here).
 //!
 //! Needs `tansu` (`scripts/install-tansu.sh` installs it; `TANSU` names the binary, else
@@ -517,5 +517,27 @@ async fn mutual_tls_to_the_brokers() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(reqwest::get(format!("{}/readyz", w2.admin())).await.unwrap().status().as_u16(), 503);
     assert!(w2.log_text().contains("cannot reach the brokers"), "{}", w2.log_text());
+    w.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_accepts_but_never_answers_at_start_times_out_and_is_tried_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Tansu::start(dir.path()).await;
+    broker.signal(libc::SIGSTOP);
+    let mut w = weir(dir.path(), &broker.addr(), "", "");
+    w.spawn();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !w.log_text().contains("answered within") {
+        assert!(Instant::now() < deadline, "the connection attempt is bounded by `timeout`:\n{}", w.log_text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(reqwest::get(format!("{}/readyz", w.admin())).await.unwrap().status().as_u16(), 503);
+    broker.signal(libc::SIGCONT);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while reqwest::get(format!("{}/readyz", w.admin())).await.unwrap().status() != 200 {
+        assert!(Instant::now() < deadline, "ready once the broker answers:\n{}", process::tail(&w.log_text()));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     w.stop().await;
 }

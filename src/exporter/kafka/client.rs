@@ -24,6 +24,9 @@ pub struct Brokers {
     compression: Compression,
     linger: Duration,
     max_batch_bytes: usize,
+    /// Bounds a connection attempt: a broker that accepts but never answers (stopped,
+    /// overloaded) must not hold the connection lock.
+    timeout: Duration,
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
     topics: std::sync::Mutex<HashMap<String, (Vec<Producer>, Instant)>>,
 }
@@ -117,6 +120,7 @@ impl Brokers {
             compression,
             linger: config.producer.linger,
             max_batch_bytes: config.producer.max_message_bytes,
+            timeout: config.timeout,
             client: tokio::sync::Mutex::new(None),
             topics: std::sync::Mutex::new(HashMap::new()),
         })
@@ -129,7 +133,11 @@ impl Brokers {
         if let Some(c) = c.as_ref() {
             return Ok(Arc::clone(c));
         }
-        let client = (self.builder)().build().await.map_err(|e| format!("no broker of [{}] reachable: {e}", self.brokers))?;
+        let client = match tokio::time::timeout(self.timeout, (self.builder)().build()).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(format!("no broker of [{}] reachable: {e}", self.brokers)),
+            Err(_) => return Err(format!("no broker of [{}] answered within {:?}", self.brokers, self.timeout)),
+        };
         let client = Arc::new(client);
         *c = Some(Arc::clone(&client));
         Ok(client)
@@ -175,8 +183,11 @@ impl Brokers {
     }
 
     /// Forgets the connection, so the next call connects anew.
-    pub async fn reconnect(&self) {
-        *self.client.lock().await = None;
+    pub fn reconnect(&self) {
+        // Someone connecting now holds the lock: that is a new connection already.
+        if let Ok(mut c) = self.client.try_lock() {
+            *c = None;
+        }
         self.topics.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 

@@ -78,7 +78,7 @@ impl KafkaExporter {
             Err(_) => {
                 self.error("timeout");
                 self.up(false);
-                self.brokers.reconnect().await;
+                self.brokers.reconnect();
                 return Attempt::Retry { after: None, message: format!("no answer from the brokers within {:?}", self.config.timeout) };
             }
         };
