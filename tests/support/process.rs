@@ -13,18 +13,38 @@ pub struct Proc {
     pub log: PathBuf,
     pub http: u16,
     pub admin: u16,
+    /// The YAML with its port placeholders, to pick other ports if one was taken.
+    template: String,
+    /// Once ready, a restart keeps its ports (others may have been told them).
+    was_ready: bool,
 }
 
 impl Proc {
     pub fn new(dir: &Path, name: &str, yaml: &str) -> Proc {
+        let config = dir.join(format!("{name}.yaml"));
+        let mut p = Proc {
+            child: None,
+            config,
+            log: dir.join(format!("{name}.log")),
+            http: 0,
+            admin: 0,
+            template: yaml.to_string(),
+            was_ready: false,
+        };
+        p.pick_ports();
+        p
+    }
+
+    /// Fills the placeholders with free ports and writes the config.
+    fn pick_ports(&mut self) {
         let (http, grpc, admin) = (free_port(), free_port(), free_port());
-        let yaml = yaml
+        let yaml = self
+            .template
             .replace("{http}", &format!("127.0.0.1:{http}"))
             .replace("{grpc}", &format!("127.0.0.1:{grpc}"))
             .replace("{admin}", &format!("127.0.0.1:{admin}"));
-        let config = dir.join(format!("{name}.yaml"));
-        std::fs::write(&config, yaml).unwrap();
-        Proc { child: None, config, log: dir.join(format!("{name}.log")), http, admin }
+        std::fs::write(&self.config, yaml).unwrap();
+        (self.http, self.admin) = (http, admin);
     }
 
     pub fn url(&self) -> String {
@@ -55,13 +75,23 @@ impl Proc {
     pub async fn start(&mut self) {
         self.spawn();
         let deadline = Instant::now() + Duration::from_secs(30);
+        let mut tries = 0;
         loop {
             if let Ok(r) = reqwest::get(format!("{}/readyz", self.admin())).await {
                 if r.status() == 200 {
+                    self.was_ready = true;
                     return;
                 }
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                // A free port can be taken by another test between the pick and weir's bind:
+                // a first start picks others.
+                if !self.was_ready && tries < 5 && self.log_text().contains("Address already in use") {
+                    tries += 1;
+                    self.pick_ports();
+                    self.spawn();
+                    continue;
+                }
                 panic!("weir exited early ({status}):\n{}", self.log_text());
             }
             assert!(Instant::now() < deadline, "weir not ready:\n{}", self.log_text());
