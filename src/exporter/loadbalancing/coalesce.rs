@@ -103,24 +103,42 @@ impl Coalescer {
     async fn drain(self: Arc<Self>, exporter: Arc<dyn Exporter>, mut gone: watch::Receiver<bool>, key: Key) {
         loop {
             let group = self.take(&key);
-            let Some(first) = group.first() else { return };
-            // Concatenated requests are one valid request (protobuf merges repeated fields).
-            let mut payload = Payload::Encoded(Encoded::single(key.0, first.bytes.clone(), first.items as usize));
-            for w in &group[1..] {
-                payload.merge(Payload::Encoded(Encoded::single(key.0, w.bytes.clone(), w.items as usize)));
+            if group.is_empty() {
+                return;
             }
-            let outcome = tokio::select! {
-                r = exporter.export(&payload, key.1.as_deref()) => match r {
-                    Ok(()) => Outcome::Delivered,
-                    Err(ExportError::RetriesExhausted { .. }) => Outcome::Reroute,
-                    Err(e) => Outcome::Permanent(e.to_string()),
-                },
-                _ = gone.wait_for(|g| *g) => Outcome::Reroute,
-            };
+            let outcome = request(exporter.as_ref(), &mut gone, &key, &group).await;
+            if matches!(outcome, Outcome::Permanent(_)) && group.len() > 1 {
+                // One part may be what the backend refused: each goes again alone, so the
+                // parts of other batches are not dropped with it.
+                for w in group {
+                    let alone = request(exporter.as_ref(), &mut gone, &key, std::slice::from_ref(&w)).await;
+                    let _ = w.done.send(alone);
+                }
+                continue;
+            }
             for w in group {
                 let _ = w.done.send(outcome.clone());
             }
         }
+    }
+}
+
+/// One request of `parts` (concatenated requests are one valid request: protobuf merges
+/// repeated fields).
+async fn request(exporter: &dyn Exporter, gone: &mut watch::Receiver<bool>, key: &Key, parts: &[Waiting]) -> Outcome {
+    let piece = |w: &Waiting| Payload::Encoded(Encoded::single(key.0, w.bytes.clone(), w.items as usize));
+    let Some(first) = parts.first() else { return Outcome::Delivered };
+    let mut payload = piece(first);
+    for w in &parts[1..] {
+        payload.merge(piece(w));
+    }
+    tokio::select! {
+        r = exporter.export(&payload, key.1.as_deref()) => match r {
+            Ok(()) => Outcome::Delivered,
+            Err(ExportError::RetriesExhausted { .. }) => Outcome::Reroute,
+            Err(e) => Outcome::Permanent(e.to_string()),
+        },
+        _ = gone.wait_for(|g| *g) => Outcome::Reroute,
     }
 }
 
@@ -184,6 +202,42 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::from_millis(20), "no waiting for company: just the request's own time");
         assert_eq!(*slow.requests.lock().unwrap(), vec![7]);
         assert!(c.slots.lock().unwrap().is_empty(), "an idle backend keeps no slot");
+    }
+
+    /// Refuses for good any request that holds the part whose bytes are `[13]`.
+    #[derive(Default)]
+    struct Picky {
+        requests: AtomicUsize,
+    }
+
+    impl Exporter for Picky {
+        fn name(&self) -> &str {
+            "picky"
+        }
+        fn export<'a>(&'a self, payload: &'a Payload, _: Option<&'a str>) -> BoxFuture<'a, Result<(), ExportError>> {
+            self.requests.fetch_add(1, Ordering::SeqCst);
+            let bad = payload.pieces().iter().any(|p| p.as_ref() == [13]);
+            Box::pin(async move {
+                if bad {
+                    Err(ExportError::Permanent("HTTP 400".into()))
+                } else {
+                    Ok(())
+                }
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_part_the_backend_refuses_fails_alone_not_the_parts_beside_it() {
+        let c = Arc::new(Coalescer::new(&batch(8192)));
+        let (_gone_tx, gone) = watch::channel(false);
+        let picky = Arc::new(Picky::default());
+        let s = |id: u8| c.send(picky.clone(), gone.clone(), Signal::Traces, Bytes::from(vec![id]), 1, None);
+        let (a, b, d) = futures_util::join!(s(5), s(13), s(7));
+        assert!(matches!(a, Outcome::Delivered), "{a:?}");
+        assert!(matches!(b, Outcome::Permanent(_)), "{b:?}");
+        assert!(matches!(d, Outcome::Delivered), "{d:?}");
+        assert_eq!(picky.requests.load(Ordering::SeqCst), 4, "the three together, refused, then each alone");
     }
 
     #[tokio::test]
