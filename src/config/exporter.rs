@@ -289,10 +289,7 @@ impl ExporterConfig {
             if timeout.is_zero() {
                 return Err(ConfigError::invalid(format!("{key}.timeout"), "must be > 0"));
             }
-            if retry.initial_interval.is_zero() || retry.max_interval < retry.initial_interval {
-                return Err(ConfigError::invalid(format!("{key}.retry"), "need 0 < initial_interval <= max_interval"));
-            }
-            Ok(())
+            retry.validate(key)
         };
         match self {
             ExporterConfig::File(c) => {

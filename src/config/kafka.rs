@@ -234,9 +234,7 @@ impl KafkaExporterConfig {
         if self.timeout.is_zero() {
             return Err(ConfigError::invalid(format!("{key}.timeout"), "must be > 0"));
         }
-        if self.retry.initial_interval.is_zero() || self.retry.max_interval < self.retry.initial_interval {
-            return Err(ConfigError::invalid(format!("{key}.retry"), "need 0 < initial_interval <= max_interval"));
-        }
+        self.retry.validate(key)?;
         if let Some(s) = &self.sasl {
             if !matches!(s.mechanism.as_str(), "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512") {
                 return Err(ConfigError::invalid(

@@ -1,5 +1,6 @@
 //! `retry:` of the exporters that send over a network.
 
+use super::ConfigError;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -25,5 +26,15 @@ impl Default for RetryConfig {
             max_interval: Duration::from_secs(30),
             max_elapsed: Duration::from_secs(300),
         }
+    }
+}
+
+impl RetryConfig {
+    /// Checks the intervals; `key` names the exporter in the error.
+    pub(super) fn validate(&self, key: &str) -> Result<(), ConfigError> {
+        if self.initial_interval.is_zero() || self.max_interval < self.initial_interval {
+            return Err(ConfigError::invalid(format!("{key}.retry"), "need 0 < initial_interval <= max_interval"));
+        }
+        Ok(())
     }
 }

@@ -28,6 +28,11 @@ pub struct KafkaExporter {
     next: AtomicUsize,
     /// Set once a broker has answered.
     ready: Arc<AtomicBool>,
+    /// Per-message metrics, registered once rather than looked up per message.
+    sent: metrics::Counter,
+    refused: metrics::Counter,
+    bytes: metrics::Counter,
+    produce: metrics::Histogram,
 }
 
 /// Room left in a message for its key, headers and record framing.
@@ -42,7 +47,17 @@ impl KafkaExporter {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(connect(name.clone(), Arc::downgrade(&brokers), Arc::clone(&ready)));
         }
-        Ok(KafkaExporter { name, config: config.clone(), brokers, next: AtomicUsize::new(0), ready })
+        Ok(KafkaExporter {
+            sent: metrics::counter!(names::KAFKA_MESSAGES, "exporter" => name.clone(), "outcome" => "sent"),
+            refused: metrics::counter!(names::KAFKA_MESSAGES, "exporter" => name.clone(), "outcome" => "refused"),
+            bytes: metrics::counter!(names::KAFKA_BYTES, "exporter" => name.clone()),
+            produce: metrics::histogram!(names::KAFKA_PRODUCE_DURATION, "exporter" => name.clone()),
+            name,
+            config: config.clone(),
+            brokers,
+            next: AtomicUsize::new(0),
+            ready,
+        })
     }
 
     fn topic_config(&self, signal: Signal) -> &TopicConfig {
@@ -106,15 +121,15 @@ impl KafkaExporter {
         for (i, r, took) in results {
             match r {
                 Ok(Ok(_offset)) => {
-                    metrics::histogram!(names::KAFKA_PRODUCE_DURATION, "exporter" => self.name.clone()).record(took.as_secs_f64());
-                    metrics::counter!(names::KAFKA_MESSAGES, "exporter" => self.name.clone(), "outcome" => "sent").increment(1);
-                    metrics::counter!(names::KAFKA_BYTES, "exporter" => self.name.clone()).increment(list[i].value.len() as u64);
+                    self.produce.record(took.as_secs_f64());
+                    self.sent.increment(1);
+                    self.bytes.increment(list[i].value.len() as u64);
                 }
                 Ok(Err(e)) => {
                     let failure = client::classify(&e);
                     self.error(failure.kind());
                     if failure == Failure::Refused {
-                        metrics::counter!(names::KAFKA_MESSAGES, "exporter" => self.name.clone(), "outcome" => "refused").increment(1);
+                        self.refused.increment(1);
                         progress.refused += list[i].items;
                         progress.refused_reason = Some(e.to_string());
                     } else {

@@ -3,7 +3,8 @@
 
 use crate::config::kafka::Partitioner;
 
-/// Kafka's murmur2 (the Java client's `Utils.murmur2`, seed `0x9747b28c`).
+/// Kafka's murmur2, as the Java client's `Utils.murmur2` computes it (the same initial
+/// hash value and mixing constants, so that keys land where that client puts them).
 pub fn murmur2(data: &[u8]) -> i32 {
     const M: u32 = 0x5bd1_e995;
     const R: u32 = 24;
@@ -32,10 +33,12 @@ pub fn murmur2(data: &[u8]) -> i32 {
 
 /// 32-bit FNV-1a.
 pub fn fnv1a(data: &[u8]) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
+    const OFFSET_BASIS: u32 = 0x811c_9dc5;
+    const PRIME: u32 = 16_777_619;
+    let mut h = OFFSET_BASIS;
     for &b in data {
         h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
+        h = h.wrapping_mul(PRIME);
     }
     h
 }
