@@ -17,7 +17,18 @@ venv target/pyvenv-json opentelemetry-exporter-otlp-json-http
 venv target/pyvenv-prw prometheus-remote-writer
 
 cargo build -q -p weir -p loadgen --bins
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A free port, never one this script handed out before (a port bound and released can be
+# offered again at once, so two calls could return the same one).
+PORTS_GIVEN=$(mktemp)
+port() {
+  local p
+  while :; do
+    p=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    grep -qx "$p" "$PORTS_GIVEN" || break
+  done
+  echo "$p" >> "$PORTS_GIVEN"
+  echo "$p"
+}
 WEIR_PID=
 WORK=
 cleanup() {
