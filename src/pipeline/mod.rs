@@ -222,7 +222,9 @@ impl Pipeline {
         })?;
         // The batcher looks at the tenant only when batches are split by tenant.
         let tenant = if self.split_tenants { tenant.cloned() } else { None };
-        senders[signal.index()].send(Queued { payload, items, permit, tenant }).map_err(|_| SubmitError::ShuttingDown)
+        senders[signal.index()].send(Queued { payload, items, permit, tenant }).map_err(|_| SubmitError::ShuttingDown)?;
+        metrics::counter!(names::ITEMS_ACCEPTED, "signal" => signal.as_str()).increment(items as u64);
+        Ok(())
     }
 
     /// Bytes held by the pipeline now (on disk, with a disk queue).

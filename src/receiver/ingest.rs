@@ -62,10 +62,9 @@ impl Ingest {
         let items = payload.item_count() as u64;
         metrics::counter!(names::ITEMS_RECEIVED, "protocol" => protocol.as_str(), "signal" => signal).increment(items);
         match self.pipeline.submit_as(payload, critical, tenant.map(|t| &t.0)).await {
-            Ok(()) => {
-                metrics::counter!(names::ITEMS_ACCEPTED, "signal" => signal).increment(items);
-                Ok(over_quota)
-            }
+            // The pipeline counts the items accepted where it takes them, so a client that
+            // hangs up after that point cannot leave accepted items uncounted.
+            Ok(()) => Ok(over_quota),
             Err(e) => {
                 metrics::counter!(names::ITEMS_REJECTED, "signal" => signal, "reason" => e.reason()).increment(items);
                 Err(match e {

@@ -189,6 +189,12 @@ impl Writer {
                 return self.fail(group, &e, "fsync");
             }
         }
+        // Counted here, before readers can export them, and not by the waiting handler: a
+        // client may hang up (dropping its handler) now, and its items will still be exported.
+        for a in &group {
+            let m = &a.prepared.meta;
+            metrics::counter!(names::ITEMS_ACCEPTED, "signal" => m.signal.as_str()).increment(u64::from(m.items));
+        }
         let n = group.len() as u64;
         self.offset += len;
         self.next_id += n;
@@ -214,12 +220,7 @@ impl Writer {
         }
         self.shared.records_gauge();
         for a in group {
-            // A client that hung up while its request was written no longer waits to count
-            // its items accepted; they are on disk and will be exported, so count them here.
-            if a.done.send(Ok(())).is_err() {
-                let m = &a.prepared.meta;
-                metrics::counter!(names::ITEMS_ACCEPTED, "signal" => m.signal.as_str()).increment(u64::from(m.items));
-            }
+            let _ = a.done.send(Ok(()));
         }
     }
 
