@@ -356,6 +356,11 @@ impl Admission {
         true
     }
 
+    /// The effective cores the layers were made for.
+    pub fn cores(&self) -> f64 {
+        self.cores
+    }
+
     /// Whether the in-flight cap is the adaptive limit.
     pub fn adaptive(&self) -> bool {
         self.adaptive.load(Ordering::Relaxed)

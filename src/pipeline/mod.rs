@@ -10,6 +10,7 @@ use crate::signal::{Payload, Signal};
 use crate::telemetry::names;
 use batch::{Batch, Batcher};
 use queue::{ByteBudget, BytesPermit};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -81,7 +82,30 @@ pub struct Pipeline {
     disk: Option<Arc<disk::DiskQueue>>,
     /// An exporter's header names the tenant: batches hold one tenant's data each.
     split_tenants: bool,
+    /// Bytes that admitted requests still being read and decoded are expected to take
+    /// (see [`Pipeline::reserve`]).
+    pending: AtomicUsize,
+    /// Queued bytes per byte of a JSON body, learnt from the bodies decoded (f64 bits).
+    json_ratio: AtomicU64,
 }
+
+/// Bytes a request expects to add to the queue, counted by [`Pipeline::would_refuse`]
+/// until it is dropped (when the request has been answered).
+#[derive(Debug)]
+pub struct Reserved {
+    pipeline: Arc<Pipeline>,
+    bytes: usize,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        self.pipeline.pending.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// What the queue holds per byte of a JSON body before any was measured: hex ids and
+/// field names shrink in protobuf, long string values do not.
+const JSON_RATIO_START: f64 = 0.5;
 
 /// The running stages, for shutdown.
 pub struct PipelineTasks {
@@ -157,6 +181,8 @@ impl Pipeline {
             non_critical_limit,
             disk,
             split_tenants,
+            pending: AtomicUsize::new(0),
+            json_ratio: AtomicU64::new(JSON_RATIO_START.to_bits()),
         });
         Ok((pipeline, PipelineTasks { batchers, workers, exporters: all_exporters }))
     }
@@ -164,12 +190,37 @@ impl Pipeline {
     /// Whether a payload of about `bytes` would find no room now (the check a receiver
     /// makes before reading a body, so a request the queue would refuse is not decoded
     /// first): `critical` payloads may use the whole budget, others all but its reserve.
+    /// Requests admitted and still being read count with what they reserved, so that
+    /// several large bodies admitted at once cannot all pass on the same free room.
     pub fn would_refuse(&self, bytes: usize, critical: bool) -> bool {
+        let bytes = bytes.saturating_add(self.pending.load(Ordering::Acquire));
         if let Some(d) = &self.disk {
             return d.would_refuse(bytes as u64, critical);
         }
         let limit = if critical { self.budget.max() } else { self.non_critical_limit };
         self.budget.used().saturating_add(bytes) > limit
+    }
+
+    /// Counts `bytes` as on their way into the queue until the guard is dropped.
+    pub fn reserve(self: &Arc<Self>, bytes: usize) -> Reserved {
+        self.pending.fetch_add(bytes, Ordering::AcqRel);
+        Reserved { pipeline: Arc::clone(self), bytes }
+    }
+
+    /// About how many queued bytes a JSON body of `wire` bytes becomes.
+    pub fn json_estimate(&self, wire: usize) -> usize {
+        (wire as f64 * f64::from_bits(self.json_ratio.load(Ordering::Relaxed))) as usize
+    }
+
+    /// Learns from one decoded JSON body of `wire` bytes that became `encoded` protobuf
+    /// bytes (an average over the last few bodies; concurrent updates may lose one).
+    pub fn learn_json(&self, wire: usize, encoded: usize) {
+        if wire == 0 {
+            return;
+        }
+        let seen = (encoded as f64 / wire as f64).clamp(0.05, 2.0);
+        let old = f64::from_bits(self.json_ratio.load(Ordering::Relaxed));
+        self.json_ratio.store((old + (seen - old) / 8.0).to_bits(), Ordering::Relaxed);
     }
 
     /// The delay announced when the queue is full.
@@ -279,5 +330,46 @@ impl PipelineTasks {
         } else {
             tracing::info!("pipeline drained");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipeline(max_bytes: usize) -> Arc<Pipeline> {
+        let mut config = crate::config::PipelineConfig::default();
+        config.queue.max_bytes = max_bytes;
+        config.queue.critical_reserve = 0.0;
+        Pipeline::start(&config, Vec::new()).expect("a memory pipeline starts").0
+    }
+
+    #[tokio::test]
+    async fn room_reserved_by_requests_in_flight_counts_until_they_are_answered() {
+        let p = pipeline(1000);
+        assert!(!p.would_refuse(600, false), "an empty queue has room");
+        let first = p.reserve(600);
+        assert!(p.would_refuse(600, false), "the same room is not promised twice");
+        assert!(!p.would_refuse(400, false), "what is left is still free");
+        drop(first);
+        assert!(!p.would_refuse(600, false), "an answered request gives its room back");
+    }
+
+    #[tokio::test]
+    async fn the_json_estimate_follows_what_bodies_became() {
+        let p = pipeline(1000);
+        assert_eq!(p.json_estimate(1000), 500, "half before any body was decoded");
+        for _ in 0..40 {
+            p.learn_json(1000, 900);
+        }
+        let e = p.json_estimate(1000);
+        assert!((880..=900).contains(&e), "long string values: about nine tenths, got {e}");
+        for _ in 0..40 {
+            p.learn_json(1000, 300);
+        }
+        let e = p.json_estimate(1000);
+        assert!((300..=320).contains(&e), "small attributes: about a third, got {e}");
+        p.learn_json(0, 10);
+        assert_eq!(p.json_estimate(1000), e, "an empty body teaches nothing");
     }
 }

@@ -18,6 +18,11 @@ pub struct Ingest {
 }
 
 impl Ingest {
+    /// The pipeline it hands to.
+    pub fn pipeline(&self) -> &Arc<Pipeline> {
+        &self.pipeline
+    }
+
     /// Wraps the pipeline.
     pub fn new(pipeline: Arc<Pipeline>) -> Self {
         Ingest { pipeline, priorities: None, quotas: None }

@@ -140,6 +140,14 @@ struct Mount {
     controllers: Vec<String>,
 }
 
+/// The CPU time this process has used, from its clock (one system call, no file read).
+pub fn process_cpu_nanos() -> Option<u64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid out-pointer for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
 fn read_trim(path: &Path) -> Option<String> {
     fs::read_to_string(path).ok().map(|s| s.trim().to_string())
 }
@@ -442,10 +450,7 @@ impl CgroupReader {
     /// system ticks) under a fixture root.
     fn process_cpu_nanos(&self) -> Option<u64> {
         if self.root == Path::new("/") {
-            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-            // SAFETY: ts is a valid out-pointer for the duration of the call.
-            let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-            return (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+            return process_cpu_nanos();
         }
         let stat = fs::read_to_string(self.root.join("proc/self/stat")).ok()?;
         let fields: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();

@@ -158,6 +158,6 @@ where
             return ResponseFuture::refused(crate::receiver::middleware::drain::finish(req, resp));
         }
         req.extensions_mut().insert(tenant);
-        ResponseFuture::Inner { fut: self.inner.call(req), guard: None }
+        ResponseFuture::Inner { fut: self.inner.call(req), guard: None, reserved: None }
     }
 }

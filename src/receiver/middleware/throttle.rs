@@ -118,29 +118,37 @@ impl ThrottleLayer {
     /// an uncompressed body will take in the queue. For protobuf that is its declared
     /// length. OTLP/JSON encodes to protobuf at between about a third (small attributes:
     /// hex IDs and field names) and nine tenths (long attribute values) of its size, so
-    /// half its declared length counts: an idle weir refuses no JSON body that would fit,
-    /// and a nearly full queue reads fewer large bodies only to refuse them after decoding
+    /// the share the bodies decoded so far showed counts (half before the first).
+    /// What passes is reserved until the request is answered: requests admitted together
+    /// do not all count on the same free room
     /// (`docs/overload.md#measurements-behind-the-defaults`).
     /// Compressed bodies state no decoded size in their headers: only a full budget
     /// refuses them. The answer is the queue's own 503 with its retry delay, held like
     /// any refusal.
-    fn queue_refusal(&self, req: &Request<Body>, declared: Option<u64>, critical: bool) -> Option<std::time::Duration> {
-        let queue = self.queue.as_ref()?;
+    fn queue_refusal(
+        &self,
+        req: &Request<Body>,
+        declared: Option<u64>,
+        critical: bool,
+    ) -> Result<Option<crate::pipeline::Reserved>, std::time::Duration> {
+        let Some(queue) = self.queue.as_ref() else {
+            return Ok(None);
+        };
         let h = req.headers();
         let identity = h.get(axum::http::header::CONTENT_ENCODING).is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"));
         let content_type = h.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
-        // What the queue will hold, as a share of the declared length.
-        let divisor = match content_type.and_then(Format::from_content_type) {
-            Some(Format::Protobuf) => 1,
-            Some(Format::Json) => 2,
-            None => 0,
-        };
-        let declared = match (identity, divisor) {
-            (true, 1 | 2) => declared.unwrap_or(0) as usize / divisor,
+        // What the queue will hold, from the declared length.
+        let declared = declared.unwrap_or(0) as usize;
+        let expected = match content_type.and_then(Format::from_content_type) {
+            Some(Format::Protobuf) if identity => declared,
+            Some(Format::Json) if identity => queue.json_estimate(declared),
             _ => 0,
         };
         // At least one byte: a full budget refuses whatever the size.
-        queue.would_refuse(declared.max(1), critical).then(|| queue.retry_after())
+        if queue.would_refuse(expected.max(1), critical) {
+            return Err(queue.retry_after());
+        }
+        Ok((expected > 0).then(|| queue.reserve(expected)))
     }
 
     /// Counts an admission and guards its slot until the response is ready; the ticket
@@ -290,9 +298,11 @@ where
         let waited = waited.unwrap_or(0);
         // Read once: the queue's check and the admission ticket both need it.
         let declared = crate::receiver::middleware::refuse::declared_len(&req);
+        let mut reserved = None;
         if self.layer.admission.enabled && signal.is_some() {
-            if let Some(retry_after) = self.layer.queue_refusal(&req, declared, priority == Some(crate::config::Priority::Critical)) {
-                return ResponseFuture::refused(self.layer.queue_full(req, declared, retry_after));
+            match self.layer.queue_refusal(&req, declared, priority == Some(crate::config::Priority::Critical)) {
+                Ok(r) => reserved = r,
+                Err(retry_after) => return ResponseFuture::refused(self.layer.queue_full(req, declared, retry_after)),
             }
         }
         let mut decision = self.layer.manager.decide_as(signal, priority);
@@ -313,13 +323,21 @@ where
                 match adm.inner.admit(adm.now(), pressure) {
                     Ok(ticket) => {
                         let guard = self.layer.admitted(declared, signal, reason, ticket);
-                        ResponseFuture::Inner { fut: self.inner.call(req), guard: Some(guard) }
+                        ResponseFuture::Inner { fut: self.inner.call(req), guard: Some(guard), reserved }
                     }
                     Err(AdmissionLayer::InflightCap) if adm.inner.join_line(declared) || adm.inner.join_line_calm(adm.now(), pressure) => {
                         // Left when the wait ends, or when the future is dropped unpolled.
                         let in_line = InLine(Arc::clone(adm));
                         ResponseFuture::Queued {
-                            fut: Box::pin(queued(self.inner.clone(), self.layer.clone(), req, declared, signal, reason, in_line)),
+                            fut: Box::pin(queued(
+                                self.inner.clone(),
+                                self.layer.clone(),
+                                req,
+                                declared,
+                                signal,
+                                reason,
+                                (in_line, reserved),
+                            )),
                         }
                     }
                     Err(layer) => ResponseFuture::refused(self.layer.refused_by(req, declared, signal, layer)),
@@ -327,7 +345,7 @@ where
             }
             Decision::Admit(reason) => {
                 self.layer.counters.count(signal, reason);
-                ResponseFuture::Inner { fut: self.inner.call(req), guard: None }
+                ResponseFuture::Inner { fut: self.inner.call(req), guard: None, reserved }
             }
             Decision::Reject { reason, retry_after } => {
                 self.layer.counters.count(signal, reason);
@@ -432,7 +450,7 @@ async fn queued<S>(
     declared: Option<u64>,
     signal: Option<Signal>,
     reason: Reason,
-    in_line: InLine,
+    (in_line, _reserved): (InLine, Option<crate::pipeline::Reserved>),
 ) -> Result<Response<Body>, S::Error>
 where
     S: Service<Request<Body>, Response = Response<Body>>,
@@ -441,14 +459,22 @@ where
     let deadline = tokio::time::Instant::now() + adm.inner.inflight_wait();
     let mut in_line = Some(in_line);
     let mut waited = false;
+    let cpu_since = CpuSince::now();
     loop {
         // Registered before the check, so a slot freed in between is not missed.
         let freed = adm.freed.notified();
         tokio::pin!(freed);
         freed.as_mut().enable();
         let now = adm.now();
-        let verdict =
-            if waited { adm.inner.admit_waited(now, layer.manager.pressure()) } else { adm.inner.admit(now, layer.manager.pressure()) };
+        let verdict = if waited {
+            // The sampler's CPU level is up to one interval old; a crowd that arrived since
+            // shows in weir's own CPU over this wait, and makes the limit hold.
+            let mut pressure = layer.manager.pressure();
+            pressure.cpu = pressure.cpu.max(cpu_since.share(adm.inner.cores()));
+            adm.inner.admit_waited(now, pressure)
+        } else {
+            adm.inner.admit(now, layer.manager.pressure())
+        };
         match verdict {
             Ok(ticket) => {
                 in_line.take();
@@ -475,6 +501,27 @@ where
     }
 }
 
+/// weir's own CPU time from a moment on, as a share of its effective cores.
+struct CpuSince {
+    cpu: Option<u64>,
+    at: std::time::Instant,
+}
+
+impl CpuSince {
+    fn now() -> Self {
+        CpuSince { cpu: crate::throttle::cgroup::process_cpu_nanos(), at: std::time::Instant::now() }
+    }
+
+    /// The share of `cores` used since (0 when the clock cannot be read).
+    fn share(&self, cores: f64) -> f64 {
+        let wall = self.at.elapsed().as_nanos() as f64;
+        match (self.cpu, crate::throttle::cgroup::process_cpu_nanos()) {
+            (Some(a), Some(b)) if wall > 0.0 && cores > 0.0 => b.saturating_sub(a) as f64 / (wall * cores),
+            _ => 0.0,
+        }
+    }
+}
+
 /// `future::ResponseFuture`: kept in its own module because `pin_project!` cannot carry
 /// field docs.
 pub mod future {
@@ -494,7 +541,8 @@ pub mod future {
         #[project = Proj]
         pub enum ResponseFuture<F, E> {
             /// Admitted.
-            Inner { #[pin] fut: F, guard: Option<crate::throttle::DoneGuard> },
+            /// `reserved`: the queue room the body is expected to take, until answered.
+            Inner { #[pin] fut: F, guard: Option<crate::throttle::DoneGuard>, reserved: Option<crate::pipeline::Reserved> },
             /// Refused.
             Rejected { resp: Option<Response<Body>> },
             /// Refused, answered once the unread HTTP/1.1 body has been read away.
@@ -521,10 +569,11 @@ pub mod future {
         type Output = Result<Response<Body>, E>;
         fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
             match self.project() {
-                Proj::Inner { fut, guard } => {
+                Proj::Inner { fut, guard, reserved } => {
                     let out = std::task::ready!(fut.poll(cx));
                     // Done as soon as the response is ready (not when the future is dropped).
                     guard.take();
+                    reserved.take();
                     Poll::Ready(out)
                 }
                 Proj::Rejected { resp } => Poll::Ready(Ok(resp.take().unwrap_or_default())),
@@ -545,4 +594,24 @@ fn retry_message(what: std::fmt::Arguments<'_>, signal: Option<Signal>, retry_af
         retry_after.as_secs(),
         retry_after.subsec_millis() / 100
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CpuSince;
+
+    #[test]
+    fn cpu_since_sees_a_busy_thread() {
+        let since = CpuSince::now();
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < std::time::Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        // One thread spinning is one core busy (less what the scheduler gave others).
+        let busy = since.share(1.0);
+        // (Only a floor: other tests' threads in this process add to it.)
+        assert!(busy > 0.5, "spinning: {busy}");
+        assert!(since.share(2.0) < busy, "the same time on twice the cores is a smaller share");
+    }
 }

@@ -102,7 +102,12 @@ async fn handle(
     }
     let body = read_body(req.into_body(), st.max_body).await?;
     metrics::counter!(names::REQUEST_BYTES, "protocol" => "http", "signal" => signal.as_str()).increment(body.len() as u64);
+    let wire = body.len();
     let payload = decode::decode(signal, format, body)?;
+    if format == Format::Json {
+        // What JSON becomes in the queue, for the throttle's check before reading a body.
+        st.ingest.pipeline().learn_json(wire, payload.encoded_len());
+    }
     let rejected = st.ingest.accept_from(payload, ServerKind::Http, tenant).await?;
     Ok((format, rejected))
 }
