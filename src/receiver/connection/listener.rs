@@ -354,7 +354,7 @@ async fn stop_signal(mut stop: watch::Receiver<bool>) {
 }
 
 /// hyper's largest HTTP/1.1 read buffer (its least is 8 KiB).
-const HTTP1_MAX_BUF: usize = 64 * 1024;
+const HTTP1_MAX_BUF: usize = 16 * 1024;
 
 /// Serves one connection, HTTP/2 if it opens with the client preface, else HTTP/1.1.
 async fn serve_connection<I>(
@@ -442,9 +442,9 @@ where
     }));
     // hyper's read buffer grows to about 400 KiB while a large body streams in and keeps
     // that size for the connection's life, so the next request's head is read together
-    // with that much of its body, which a refusal held with reads paused keeps. 64 KiB
-    // bounds it, at the cost of more reads per large body
-    // (`docs/overload.md#measurements-behind-the-defaults`).
+    // with that much of its body, which a refusal held with reads paused keeps. Every
+    // connection streaming a body holds one, so 16 KiB bounds it, at the cost of more
+    // reads per large body (`docs/overload.md#measurements-behind-the-defaults`).
     let mut conn = hyper::server::conn::http1::Builder::new().max_buf_size(HTTP1_MAX_BUF).serve_connection(TokioIo::new(io), svc);
     let mut stop = pin!(stop_signal(stop));
     let mut stopping = false;
