@@ -401,11 +401,18 @@ impl Admission {
 
     /// Layer 0, before the others: a request that waited `waited_nanos` in front of weir
     /// (kernel buffers, run queue) is refused when that exceeds `queue_delay.target` while
-    /// some water level is above its exit line or the CPU is right now. The wait alone
-    /// could be a stalled scheduler on an idle machine; with the CPU busy it is a queue.
+    /// some water level is above its exit line, or while the CPU is right now and every
+    /// core has a request in flight. The wait alone could be a stalled scheduler on an
+    /// idle machine; with weir busy it is a queue. A busy CPU sample alone is not enough:
+    /// after a spike (thousands of connections opened at once) a lone request can wait out
+    /// the cgroup's throttled quota period with no request ahead of it.
     pub fn check_queue_delay(&self, waited_nanos: u64, p: Pressure) -> Result<(), Layer> {
         let cfg = self.cfg.load();
-        if cfg.queue_delay.enabled && pressed(&cfg, p) && waited_nanos > self.queue_delay_target_in(&cfg).as_nanos() as u64 {
+        if !cfg.queue_delay.enabled || waited_nanos <= self.queue_delay_target_in(&cfg).as_nanos() as u64 {
+            return Ok(());
+        }
+        let cores_busy = self.inflight.load(Ordering::Relaxed) as f64 >= self.cores.ceil().max(1.0);
+        if p.above_exit || (pressed(&cfg, p) && cores_busy) {
             return Err(Layer::QueueDelay);
         }
         Ok(())

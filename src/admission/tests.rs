@@ -206,9 +206,13 @@ fn queue_delay_refuses_a_long_wait_only_while_busy() {
     assert_eq!(a.check_queue_delay(11 * MS, HOT), Err(Layer::QueueDelay));
     assert_eq!(a.check_queue_delay(9 * MS, HOT), Ok(()), "a wait under the target passes");
     assert_eq!(a.check_queue_delay(500 * MS, COOL), Ok(()), "idle: a long wait is a stalled scheduler, not a queue");
-    // Busy right now (this sample's CPU above exit) before the slow level has caught up.
+    // Busy right now (this sample's CPU above exit) before the slow level has caught up:
+    // a queue only while the core has a request in flight; alone, a stall after a spike.
     let rising = Pressure { above_exit: false, above_enter: false, cpu: 0.9 };
+    assert_eq!(a.check_queue_delay(11 * MS, rising), Ok(()), "no request ahead of it: a stall, not a queue");
+    let t = a.admit(0, COOL).expect("an idle core admits");
     assert_eq!(a.check_queue_delay(11 * MS, rising), Err(Layer::QueueDelay));
+    a.done(t, MS, 0.9);
     let mut off = cfg();
     off.queue_delay.enabled = false;
     assert_eq!(Admission::new(&off, 1.0).check_queue_delay(500 * MS, HOT), Ok(()));
