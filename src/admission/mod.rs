@@ -399,13 +399,10 @@ impl Admission {
         self.inflight.load(Ordering::Relaxed)
     }
 
-    /// Layer 0, before the others: a request that waited `waited_nanos` in front of weir
-    /// (kernel buffers, run queue) is refused when that exceeds `queue_delay.target` while
-    /// some water level is above its exit line, or while the CPU is right now and every
-    /// core has a request in flight. The wait alone could be a stalled scheduler on an
-    /// idle machine; with weir busy it is a queue. A busy CPU sample alone is not enough:
-    /// after a spike (thousands of connections opened at once) a lone request can wait out
-    /// the cgroup's throttled quota period with no request ahead of it.
+    /// Layer 0: a request that waited `waited_nanos` in front of weir (kernel buffers, run
+    /// queue) longer than `queue_delay.target` is refused while a water level is above its
+    /// exit line, or the CPU is right now and every core has a request in flight. Else the
+    /// wait is a stall (an idle machine, a throttled quota period after a spike), not a queue.
     pub fn check_queue_delay(&self, waited_nanos: u64, p: Pressure) -> Result<(), Layer> {
         let cfg = self.cfg.load();
         if !cfg.queue_delay.enabled || waited_nanos <= self.queue_delay_target_in(&cfg).as_nanos() as u64 {
