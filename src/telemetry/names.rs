@@ -72,6 +72,9 @@ pub const DISK_BYTES: &str = "weir_queue_disk_bytes";
 pub const DISK_RECORDS: &str = "weir_queue_disk_records";
 /// Segment files on disk.
 pub const DISK_SEGMENTS: &str = "weir_queue_disk_segments";
+/// Segments started over a spare file (an exported segment kept to be written over)
+/// instead of a new one.
+pub const DISK_REUSED: &str = "weir_queue_segment_files_reused_total";
 /// Age of the oldest record some exporter has not acknowledged, seconds.
 pub const DISK_OLDEST_AGE: &str = "weir_queue_oldest_record_age_seconds";
 /// Records an exporter has not acknowledged yet, by `exporter`.

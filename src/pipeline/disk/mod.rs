@@ -22,6 +22,7 @@ pub mod ack;
 pub mod reader;
 pub mod record;
 pub mod segment;
+mod spare;
 mod tail;
 mod writer;
 
@@ -122,6 +123,8 @@ pub(crate) struct Shared {
     non_critical_limit: u64,
     /// The newest records, for readers that are caught up.
     tail: tail::Tail,
+    /// Exported segment files kept to be written over.
+    spares: spare::Spares,
 }
 
 impl Shared {
@@ -180,7 +183,7 @@ impl Shared {
         let mut removed = false;
         while segs.list.len() >= 2 && left > segs.list[0].first_id && segs.list[1].first_id - 1 <= min && segs.list[0].max_id <= min {
             let Some(s) = segs.list.pop_front() else { break };
-            match std::fs::remove_file(&s.path) {
+            match self.spares.retire(&s.path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => tracing::warn!(segment = %s.path.display(), error = %e, "cannot delete an exported segment"),
@@ -295,7 +298,9 @@ impl DiskQueue {
         let mut list = list;
         let next_id = last_id + 1;
         let active = dir.join(segment::file_name(next_id));
-        let file = files.create(&active).map_err(|e| err(format!("cannot create segment {}: {e}", active.display())))?;
+        let spares = spare::Spares::open(&dir).map_err(|e| err(format!("cannot list spare segment files: {e}")))?;
+        let file = writer::start_segment(&*files, &spares, &active)
+            .map_err(|e| err(format!("cannot create segment {}: {e}", active.display())))?;
         files.sync_dir(&dir).map_err(|e| err(format!("cannot sync the directory: {e}")))?;
         list.push_back(Seg { first_id: next_id, path: active, len: 0, max_id: 0 });
         let backlog =
@@ -322,6 +327,7 @@ impl DiskQueue {
             first_new_id: next_id,
             non_critical_limit,
             tail: tail::Tail::default(),
+            spares,
         });
         shared.gc();
         shared.records_gauge();
@@ -411,6 +417,7 @@ impl DiskQueue {
             "fill": self.fill(),
             "next_id": next_id,
             "segments": segments,
+            "spare_files": self.shared.spares.len(),
             "exporters": exporters,
         })
     }
@@ -485,13 +492,14 @@ fn recover(dir: &Path, min_last: u64) -> Result<(VecDeque<Seg>, u64, u64), Strin
     let mut last_id = min_last;
     while let Some((first_id, path)) = found.last().cloned() {
         let len = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?.len();
-        let s = segment::scan(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let s = segment::scan(&path, first_id).map_err(|e| format!("{}: {e}", path.display()))?;
         if s.corrupt > 0 {
             metrics::counter!(names::DISK_CORRUPT, "exporter" => "recovery").increment(s.corrupt);
         }
         last_id = last_id.max(first_id.saturating_sub(1));
         let Some(id) = s.last_id else {
-            if len > 0 {
+            // Only a spare file's old records: a segment started just before the crash.
+            if len > 0 && !s.stale {
                 tracing::warn!(segment = %path.display(), bytes = len, "segment without a readable record removed");
                 metrics::counter!(names::DISK_CORRUPT, "exporter" => "recovery").increment(1);
             }
@@ -677,6 +685,49 @@ mod tests {
         q.shutdown(Duration::ZERO).await;
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn exported_segments_are_written_over_and_their_old_records_never_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || {
+            let q = DiskQueue::open(&config(dir.path(), SyncMode::None), &["out".into()], 0.0).unwrap();
+            q.keep_tail(0); // every record read back from its segment, old bytes behind it
+            q
+        };
+        let q = open();
+        let reader = tokio::spawn({
+            let q = Arc::clone(&q);
+            async move { read_items(&q, 6000).await }
+        });
+        for i in 0..6000u16 {
+            q.append(&payload(i as u8), false, None).await.unwrap();
+            if i % 500 == 0 {
+                tokio::time::sleep(Duration::from_millis(120)).await; // the cursor is written, segments retired
+            }
+        }
+        assert_eq!(reader.await.unwrap(), 6000, "each record once, none of a spare's old ones");
+        let reused = q.shared.spares.taken();
+        assert!(reused >= 2, "6 MB through 1 MiB segments reused {reused} spare files");
+        assert!(q.shared.spares.len() <= spare::KEEP);
+        q.shutdown(Duration::ZERO).await;
+        drop(q);
+        // The active segment was a spare file: cut to its length, so a restart reads on
+        // from the cursor and finds no old record.
+        for (_, path) in segment::list(dir.path()).unwrap() {
+            let first: u64 = path.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+            let s = segment::scan(&path, first).unwrap();
+            assert!(!s.stale && s.corrupt == 0, "{}: {s:?}", path.display());
+        }
+        let q = open();
+        assert_eq!(q.shared.last_id(), 6000);
+        for i in 0..10 {
+            q.append(&payload(i), false, None).await.unwrap();
+        }
+        assert_eq!(read_items(&q, 10).await, 10);
+        q.shutdown(Duration::ZERO).await;
+        let delivered_again = q.shared.cursors[0].persisted.load(Ordering::Relaxed);
+        assert_eq!(delivered_again, 6010, "the cursor follows every record once");
+    }
+
     #[tokio::test]
     async fn the_bound_refuses_and_critical_may_use_the_reserve() {
         let dir = tempfile::tempdir().unwrap();
@@ -705,8 +756,8 @@ mod tests {
     }
 
     impl writer::SegmentFiles for Faulty {
-        fn create(&self, path: &Path) -> std::io::Result<Box<dyn writer::SegmentFile>> {
-            let file = std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(path)?;
+        fn create(&self, path: &Path, truncate: bool) -> std::io::Result<Box<dyn writer::SegmentFile>> {
+            let file = std::fs::OpenOptions::new().create(true).truncate(truncate).write(true).open(path)?;
             Ok(Box::new(FaultyFile { file, fail_write: Arc::clone(&self.fail_write), fail_sync: Arc::clone(&self.fail_sync) }))
         }
         fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {

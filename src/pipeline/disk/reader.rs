@@ -134,6 +134,9 @@ impl Reader {
                 }
             };
             match step {
+                // A spare file's old records past a sealed segment's end: its cut to length
+                // did not reach the disk before a crash. Their ids tell them apart.
+                Ok(Step::Record(rec, _)) if rec.meta.id < seg.first_id => at = len,
                 Ok(Step::Record(rec, next)) => {
                     at = next;
                     let m = rec.meta;

@@ -170,17 +170,32 @@ pub struct Scan {
     pub corrupt: u64,
     /// Whole records.
     pub records: u64,
+    /// Records of the file's earlier life as another segment follow `valid_end` (a
+    /// spare file written over): not damage, just the end.
+    pub stale: bool,
 }
 
-/// Scans a whole segment: every record checked, damage in the middle skipped, the torn
-/// tail found.
-pub fn scan(path: &Path) -> std::io::Result<Scan> {
+/// Whether a record with id `id` found after `last` (the id before it in the segment)
+/// belongs to segment `first_id`: ids in a segment only grow, and every id of an
+/// earlier segment is below its first.
+pub fn belongs(id: u64, first_id: u64, last: Option<u64>) -> bool {
+    id >= first_id && last.is_none_or(|l| id > l)
+}
+
+/// Scans a whole segment whose first id is `first_id`: every record checked, damage in
+/// the middle skipped, the torn tail found, and the records of a spare file's earlier
+/// life (ids from an older segment) left out.
+pub fn scan(path: &Path, first_id: u64) -> std::io::Result<Scan> {
     let len = std::fs::metadata(path)?.len();
     let mut r = SegmentReader::open(path)?;
     let mut s = Scan::default();
     let mut at = 0;
     loop {
         match r.step(at, len)? {
+            Step::Record(rec, _) if !belongs(rec.meta.id, first_id, s.last_id) => {
+                s.stale = true;
+                break;
+            }
             Step::Record(rec, next) => {
                 s.last_id = Some(rec.meta.id);
                 s.records += 1;
@@ -189,7 +204,13 @@ pub fn scan(path: &Path) -> std::io::Result<Scan> {
             }
             Step::End => break,
             Step::Corrupt { why, resume } => {
-                if resume >= len {
+                // A torn write over a spare file is followed by its old records.
+                let old = match r.step_plain(resume, len)? {
+                    Step::Record(rec, _) => !belongs(rec.meta.id, first_id, s.last_id),
+                    _ => false,
+                };
+                if resume >= len || old {
+                    s.stale |= old;
                     tracing::warn!(segment = %path.display(), offset = at, bytes = len - at, why, "torn tail cut off");
                     break;
                 }
@@ -284,7 +305,7 @@ mod tests {
         b[offsets[4] as usize + 40] ^= 0xff;
         std::fs::write(&p, &b).unwrap();
         assert_eq!(ids(&p), (vec![1, 2, 3, 4, 6, 7, 8, 9, 10], 1));
-        let s = scan(&p).unwrap();
+        let s = scan(&p, 1).unwrap();
         assert_eq!((s.last_id, s.corrupt, s.records, s.valid_end), (Some(10), 1, 9, b.len() as u64));
     }
 
@@ -306,8 +327,32 @@ mod tests {
         let offsets = write_records(&p, 1..6);
         let b = std::fs::read(&p).unwrap();
         std::fs::write(&p, &b[..offsets[4] as usize + 30]).unwrap();
-        let s = scan(&p).unwrap();
+        let s = scan(&p, 1).unwrap();
         assert_eq!((s.last_id, s.corrupt, s.valid_end), (Some(4), 0, offsets[4]));
+    }
+
+    #[test]
+    fn a_spare_files_old_records_end_the_segment_and_a_torn_write_over_them_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(file_name(20));
+        let old = write_records(&p, 1..11);
+        let mut b = std::fs::read(&p).unwrap();
+        let mut new = Vec::new();
+        for id in 20..23 {
+            Prepared::new(0, 1, Signal::Traces, 1, Bytes::new(), Bytes::from(vec![9u8; 100 + id as usize])).write_to(id, &mut new);
+        }
+        b[..new.len()].copy_from_slice(&new);
+        std::fs::write(&p, &b).unwrap();
+        let s = scan(&p, 20).unwrap();
+        assert_eq!((s.last_id, s.records, s.corrupt, s.valid_end, s.stale), (Some(22), 3, 0, new.len() as u64, true));
+        // The third new record torn half-way: the next readable record is an old one.
+        let torn = old.iter().find(|&&o| o > new.len() as u64).copied().unwrap();
+        b[new.len() - 50..torn as usize].fill(0xEE);
+        std::fs::write(&p, &b).unwrap();
+        let s = scan(&p, 20).unwrap();
+        assert_eq!((s.last_id, s.records, s.corrupt, s.stale), (Some(21), 2, 0, true), "a torn tail, not damage");
+        assert!(belongs(20, 20, None) && belongs(21, 20, Some(20)));
+        assert!(!belongs(19, 20, None) && !belongs(21, 20, Some(21)));
     }
 
     #[test]
@@ -315,13 +360,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join(file_name(1));
         std::fs::write(&p, b"").unwrap();
-        assert_eq!(scan(&p).unwrap(), Scan::default());
+        assert_eq!(scan(&p, 1).unwrap(), Scan::default());
         std::fs::write(&p, vec![0x57u8; 5000]).unwrap();
-        assert_eq!(scan(&p).unwrap().last_id, None);
+        assert_eq!(scan(&p, 1).unwrap().last_id, None);
         let mut g = b"WEIR".to_vec();
         g.extend(vec![0xffu8; 3000]);
         std::fs::write(&p, g).unwrap();
-        assert_eq!(scan(&p).unwrap().last_id, None);
+        assert_eq!(scan(&p, 1).unwrap().last_id, None);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! starts a new file. Nothing is acknowledged that was not written, and the thread never
 //! exits on an error: once space returns, the next group succeeds.
 
+use super::spare::Spares;
 use super::{segment, Append, AppendError, Seg, Shared};
 use crate::config::SyncMode;
 use crate::telemetry::names;
@@ -29,8 +30,9 @@ const GROUP_BYTES: u64 = 16 << 20;
 /// The writer's file operations: the real ones, or (tests) ones that fail on demand,
 /// since a failed fsync or EIO cannot be produced on a real disk at will.
 pub(crate) trait SegmentFiles: Send + Sync {
-    /// Creates (truncating) the segment file at `path`.
-    fn create(&self, path: &Path) -> std::io::Result<Box<dyn SegmentFile>>;
+    /// Opens the segment file at `path` for writing: created, or emptied when `truncate`,
+    /// else (a spare file written over) as it is.
+    fn create(&self, path: &Path, truncate: bool) -> std::io::Result<Box<dyn SegmentFile>>;
     /// fsyncs the queue directory.
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()>;
 }
@@ -49,8 +51,8 @@ pub(crate) trait SegmentFile: Send {
 pub(crate) struct RealFiles;
 
 impl SegmentFiles for RealFiles {
-    fn create(&self, path: &Path) -> std::io::Result<Box<dyn SegmentFile>> {
-        Ok(Box::new(std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(path)?))
+    fn create(&self, path: &Path, truncate: bool) -> std::io::Result<Box<dyn SegmentFile>> {
+        Ok(Box::new(std::fs::OpenOptions::new().create(true).truncate(truncate).write(true).open(path)?))
     }
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
         segment::sync_dir(dir)
@@ -75,6 +77,8 @@ pub(super) struct Writer {
     files: Arc<dyn SegmentFiles>,
     /// Bytes written to the active segment.
     offset: u64,
+    /// The active file's length: past `offset` when it is a spare file written over.
+    file_len: u64,
     next_id: u64,
     last_sync: Instant,
     unsynced: bool,
@@ -90,8 +94,13 @@ fn kind(e: &std::io::Error) -> &'static str {
 }
 
 impl Writer {
-    pub(super) fn new(shared: Arc<Shared>, files: Arc<dyn SegmentFiles>, file: Box<dyn SegmentFile>, next_id: u64) -> Self {
-        Writer { shared, file, files, offset: 0, next_id, last_sync: Instant::now(), unsynced: false, broken: false }
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        files: Arc<dyn SegmentFiles>,
+        (file, file_len): (Box<dyn SegmentFile>, u64),
+        next_id: u64,
+    ) -> Self {
+        Writer { shared, file, files, offset: 0, file_len, next_id, last_sync: Instant::now(), unsynced: false, broken: false }
     }
 
     pub(super) fn run(mut self, rx: Receiver<Append>) {
@@ -125,7 +134,8 @@ impl Writer {
             }
             self.commit(group);
         }
-        if self.unsynced || mode == SyncMode::None {
+        let cut = self.cut_to_length();
+        if self.unsynced || mode == SyncMode::None || cut {
             let _ = self.sync();
         }
         tracing::debug!("disk queue writer stopped");
@@ -133,6 +143,10 @@ impl Writer {
 
     fn fail(&self, group: Vec<Append>, e: &std::io::Error, what: &str) {
         let k = kind(e);
+        if k == "no_space" {
+            // Their room is worth more as room now.
+            self.shared.spares.clear();
+        }
         metrics::counter!(names::DISK_WRITE_ERRORS, "kind" => k).increment(1);
         tracing::error!(error = %e, kind = k, requests = group.len(), what, "disk queue write failed; requests refused with 503");
         let msg = format!("{what}: {e}");
@@ -197,6 +211,7 @@ impl Writer {
         }
         let n = group.len() as u64;
         self.offset += len;
+        self.file_len = self.file_len.max(self.offset);
         self.next_id += n;
         self.shared.bytes.fetch_add(len, Ordering::AcqRel);
         {
@@ -240,23 +255,41 @@ impl Writer {
 
     /// Cuts the active file back to `start` after a failed group; a failed cut seals it.
     fn cut(&mut self, start: u64) {
-        if let Err(e) = self.file.set_len(start) {
-            tracing::error!(error = %e, "cannot cut a failed write off the segment; sealing it");
-            self.broken = true;
+        match self.file.set_len(start) {
+            Ok(()) => self.file_len = start,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot cut a failed write off the segment; sealing it");
+                self.broken = true;
+            }
         }
+    }
+
+    /// Cuts a spare file written over to what this segment wrote, so its old records do
+    /// not follow a sealed segment; true if it cut. A failed cut is only logged: readers
+    /// and the start-up scan know old records by their ids.
+    fn cut_to_length(&mut self) -> bool {
+        if self.file_len <= self.offset {
+            return false;
+        }
+        match self.file.set_len(self.offset) {
+            Ok(()) => self.file_len = self.offset,
+            Err(e) => tracing::warn!(error = %e, "cannot cut a reused segment file to its length"),
+        }
+        true
     }
 
     /// Seals the active segment and starts a new one at `next_id`. An empty active
     /// segment is replaced (it has the same name: no record was written since it began).
     fn roll(&mut self) -> std::io::Result<()> {
-        if !self.broken {
+        let cut = self.cut_to_length();
+        if !self.broken || cut {
             if let Err(e) = self.sync() {
                 self.broken = true;
                 return Err(e);
             }
         }
         let path = self.shared.dir.join(segment::file_name(self.next_id));
-        let file = self.files.create(&path)?;
+        let (file, file_len) = start_segment(&*self.files, &self.shared.spares, &path)?;
         if self.shared.config.sync != SyncMode::None {
             self.files.sync_dir(&self.shared.dir)?;
         }
@@ -271,10 +304,30 @@ impl Writer {
         drop(segs);
         metrics::gauge!(names::DISK_SEGMENTS).set(n as f64);
         self.file = file;
+        self.file_len = file_len;
         self.offset = 0;
         self.broken = false;
         Ok(())
     }
+}
+
+/// Opens a new segment at `path`, over a spare file when there is one; returns it and
+/// its length (that of the spare's old content).
+pub(super) fn start_segment(files: &dyn SegmentFiles, spares: &Spares, path: &Path) -> std::io::Result<(Box<dyn SegmentFile>, u64)> {
+    if let Some(spare) = spares.take() {
+        let reused = std::fs::rename(&spare, path).and_then(|()| Ok((files.create(path, false)?, std::fs::metadata(path)?.len())));
+        match reused {
+            Ok(v) => {
+                metrics::counter!(names::DISK_REUSED).increment(1);
+                return Ok(v);
+            }
+            Err(e) => {
+                tracing::warn!(spare = %spare.display(), error = %e, "cannot reuse a spare segment file; creating one");
+                let _ = std::fs::remove_file(&spare);
+            }
+        }
+    }
+    Ok((files.create(path, true)?, 0))
 }
 
 /// Writes all of `parts`, in order, at `offset` (pwritev, short writes continued).
