@@ -325,6 +325,57 @@ async fn only_bodies_of_inflight_wait_min_body_bytes_wait_for_a_slot() {
     w.app.shutdown().await;
 }
 
+/// Requests waiting in the line for a slot do not hold the queue's room: with room for
+/// three bodies and one slot, five requests that arrive while the slot is taken all wait,
+/// none refused 503 as if the queue were full while it is empty. Once the slot is free
+/// they go in one after the other; one may still find the queue full then (the file
+/// exporter may lag), and is told so.
+#[tokio::test]
+async fn requests_waiting_for_a_slot_do_not_hold_queue_room() {
+    let body = traces("queued", 40, 1).encode_to_vec();
+    // Refusals answered at once (not held), to see any at once.
+    let line =
+        "    max_inflight_wait: 10s\n    inflight_wait_min_body_bytes: 0\n    max_inflight_queue_per_core: 8\n    hold: {enabled: false}\n";
+    let extra = format!(
+        "  throttle:\n    enabled: true\n    signal: {{fallback_cores: 2}}\n    max_inflight_per_core: 0.5\n    slow_start: {{enabled: false}}\n{line}"
+    );
+    let yaml = base_yaml(std::path::Path::new("{dir}"), &extra)
+        .replacen(
+            r#"middlewares: ["logging", "content_decompressor"]"#,
+            r#"middlewares: ["logging", "content_decompressor", "throttle"]"#,
+            1,
+        )
+        .replacen("pipeline:\n", &format!("pipeline:\n  queue:\n    max_bytes: {}\n", body.len() * 4), 1)
+        .replacen("max_items: 100000", "max_items: 40", 1); // a body is a batch, sent at once
+    let w = start_yaml(&yaml).await;
+    let (mut held, rest) = take_a_slot(w.app.http_addr.unwrap(), &traces("held", 3, 1).encode_to_vec()).await;
+    let url = format!("{}/v1/traces", w.http());
+    let send = |url: String, body: Vec<u8>| async move {
+        let r = client().post(url).header("content-type", "application/x-protobuf").body(body).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    let waiting: Vec<_> = (0..5).map(|_| tokio::spawn(send(url.clone(), body.clone()))).collect();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let answered = waiting.iter().filter(|t| t.is_finished()).count();
+    assert_eq!(answered, 0, "all five wait for the slot; none is refused while the queue is empty");
+    {
+        use tokio::io::AsyncWriteExt;
+        held.write_all(&rest).await.unwrap();
+    }
+    let mut statuses = Vec::new();
+    for t in waiting {
+        // Well before their 10 s wait ends: a waiter that leaves the line without the slot
+        // it was woken for passes the wake-up on.
+        statuses.push(tokio::time::timeout(std::time::Duration::from_secs(5), t).await.expect("answered").unwrap());
+    }
+    let ok = statuses.iter().filter(|(s, _)| *s == 200).count();
+    assert!(statuses.iter().all(|(s, m)| *s == 200 || (*s == 503 && m.contains("queue is full"))), "{statuses:?}");
+    assert!(ok >= 3, "the queue had room for three: {statuses:?}");
+    let spans = 3 + 40 * ok;
+    assert_eq!(wait_items(&w.data_dir(), "traces", spans).await.len(), spans, "every accepted span exported");
+    w.app.shutdown().await;
+}
+
 async fn post_owned(url: String, body: Vec<u8>) -> u16 {
     client().post(url).header("content-type", "application/x-protobuf").body(body).send().await.unwrap().status().as_u16()
 }

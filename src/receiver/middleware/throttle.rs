@@ -119,20 +119,17 @@ impl ThrottleLayer {
     /// length. OTLP/JSON encodes to protobuf at between about a third (small attributes:
     /// hex IDs and field names) and nine tenths (long attribute values) of its size, so
     /// the share the bodies decoded so far showed counts (half before the first).
-    /// What passes is reserved until the request is answered: requests admitted together
-    /// do not all count on the same free room
-    /// (`docs/overload.md#measurements-behind-the-defaults`).
+    /// What passes is reserved from its admission until it is answered: requests admitted
+    /// together do not all count on the same free room
+    /// (`docs/overload.md#measurements-behind-the-defaults`). Not while it waits in the
+    /// line for a slot: hundreds of waiting requests would hold the room of a queue that
+    /// is nearly empty, and the rest would be refused as if it were full.
     /// Compressed bodies state no decoded size in their headers: only a full budget
     /// refuses them. The answer is the queue's own 503 with its retry delay, held like
     /// any refusal.
-    fn queue_refusal(
-        &self,
-        req: &Request<Body>,
-        declared: Option<u64>,
-        critical: bool,
-    ) -> Result<Option<crate::pipeline::Reserved>, std::time::Duration> {
+    fn queue_refusal(&self, req: &Request<Body>, declared: Option<u64>, critical: bool) -> Result<usize, std::time::Duration> {
         let Some(queue) = self.queue.as_ref() else {
-            return Ok(None);
+            return Ok(0);
         };
         let h = req.headers();
         let identity = h.get(axum::http::header::CONTENT_ENCODING).is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"));
@@ -148,7 +145,18 @@ impl ThrottleLayer {
         if queue.would_refuse(expected.max(1), critical) {
             return Err(queue.retry_after());
         }
-        Ok((expected > 0).then(|| queue.reserve(expected)))
+        Ok(expected)
+    }
+
+    /// Whether the queue has no room for `expected` bytes now (for a request that waited).
+    fn queue_full_now(&self, expected: usize) -> Option<std::time::Duration> {
+        let queue = self.queue.as_ref()?;
+        queue.would_refuse(expected.max(1), false).then(|| queue.retry_after())
+    }
+
+    /// Reserves the queue room of an admitted request until it is answered.
+    fn reserve(&self, expected: usize) -> Option<crate::pipeline::Reserved> {
+        self.queue.as_ref().filter(|_| expected > 0).map(|q| q.reserve(expected))
     }
 
     /// Counts an admission and guards its slot until the response is ready; the ticket
@@ -298,10 +306,10 @@ where
         let waited = waited.unwrap_or(0);
         // Read once: the queue's check and the admission ticket both need it.
         let declared = crate::receiver::middleware::refuse::declared_len(&req);
-        let mut reserved = None;
+        let mut expected = 0;
         if self.layer.admission.enabled && signal.is_some() {
             match self.layer.queue_refusal(&req, declared, priority == Some(crate::config::Priority::Critical)) {
-                Ok(r) => reserved = r,
+                Ok(e) => expected = e,
                 Err(retry_after) => return ResponseFuture::refused(self.layer.queue_full(req, declared, retry_after)),
             }
         }
@@ -323,6 +331,7 @@ where
                 match adm.inner.admit(adm.now(), pressure) {
                     Ok(ticket) => {
                         let guard = self.layer.admitted(declared, signal, reason, ticket);
+                        let reserved = self.layer.reserve(expected);
                         ResponseFuture::Inner { fut: self.inner.call(req), guard: Some(guard), reserved }
                     }
                     Err(AdmissionLayer::InflightCap) if adm.inner.join_line(declared) || adm.inner.join_line_calm(adm.now(), pressure) => {
@@ -336,7 +345,7 @@ where
                                 declared,
                                 signal,
                                 reason,
-                                (in_line, reserved),
+                                (in_line, expected),
                             )),
                         }
                     }
@@ -345,6 +354,7 @@ where
             }
             Decision::Admit(reason) => {
                 self.layer.counters.count(signal, reason);
+                let reserved = self.layer.reserve(expected);
                 ResponseFuture::Inner { fut: self.inner.call(req), guard: None, reserved }
             }
             Decision::Reject { reason, retry_after } => {
@@ -450,7 +460,7 @@ async fn queued<S>(
     declared: Option<u64>,
     signal: Option<Signal>,
     reason: Reason,
-    (in_line, _reserved): (InLine, Option<crate::pipeline::Reserved>),
+    (in_line, expected): (InLine, usize),
 ) -> Result<Response<Body>, S::Error>
 where
     S: Service<Request<Body>, Response = Response<Body>>,
@@ -459,12 +469,24 @@ where
     let deadline = tokio::time::Instant::now() + adm.inner.inflight_wait();
     let mut in_line = Some(in_line);
     let mut waited = false;
+    let mut first = true;
     let cpu_since = CpuSince::now();
     loop {
         // Registered before the check, so a slot freed in between is not missed.
         let freed = adm.freed.notified();
         tokio::pin!(freed);
         freed.as_mut().enable();
+        // The queue may have filled while it waited (checked on arrival the first time).
+        if let Some(retry_after) = (!first).then(|| layer.queue_full_now(expected)).flatten() {
+            in_line.take();
+            // Woken for a slot it does not take: the next in line gets it.
+            adm.freed.notify_one();
+            return Ok(match layer.queue_full(req, declared, retry_after) {
+                Ok(resp) => resp,
+                Err(draining) => draining.await,
+            });
+        }
+        let first_try = std::mem::replace(&mut first, false);
         let now = adm.now();
         let verdict = if waited {
             // The sampler's CPU level is up to one interval old; a crowd that arrived since
@@ -479,9 +501,10 @@ where
             Ok(ticket) => {
                 in_line.take();
                 let guard = layer.admitted(declared, signal, reason, ticket);
+                let reserved = layer.reserve(expected);
                 std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                 let resp = inner.call(req).await;
-                drop(guard);
+                drop((guard, reserved));
                 return resp;
             }
             Err(AdmissionLayer::InflightCap) if tokio::time::timeout_at(deadline, freed).await.is_ok() => continue,
@@ -492,6 +515,9 @@ where
             }
             Err(refused_by) => {
                 in_line.take();
+                if !first_try {
+                    adm.freed.notify_one();
+                }
                 return Ok(match layer.refused_by(req, declared, signal, refused_by) {
                     Ok(resp) => resp,
                     Err(draining) => draining.await,
