@@ -6,7 +6,7 @@
 //!
 //! The old records past what the new segment has written are told apart by their ids,
 //! which are all below the new segment's first id ([`super::segment::scan`]); a segment
-//! is cut to its length when it is sealed.
+//! is cut to its length when it is sealed. Spares do not outlive the run that made them.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,21 +29,17 @@ pub(crate) struct Spares {
 }
 
 impl Spares {
-    /// Finds the spares an earlier run left in `dir`: up to [`KEEP`] are kept, the rest
-    /// removed.
+    /// The spares of `dir`. Those an earlier run left are removed: their records' ids
+    /// are only known to be below the next segment's first id within one run (after a
+    /// restart with lost cursors, ids may start again below them).
     pub(crate) fn open(dir: &Path) -> std::io::Result<Spares> {
-        let mut found = Vec::new();
         for e in std::fs::read_dir(dir)? {
             let path = e?.path();
             if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(SUFFIX)) {
-                found.push(path);
+                std::fs::remove_file(&path)?;
             }
         }
-        found.sort();
-        for extra in found.split_off(found.len().min(KEEP)) {
-            let _ = std::fs::remove_file(extra);
-        }
-        Ok(Spares { dir: dir.to_path_buf(), files: Mutex::new(found), next: AtomicU64::new(0), taken: AtomicU64::new(0) })
+        Ok(Spares { dir: dir.to_path_buf(), files: Mutex::new(Vec::new()), next: AtomicU64::new(0), taken: AtomicU64::new(0) })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {
@@ -104,7 +100,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn at_most_keep_are_kept_and_a_restart_finds_them() {
+    fn at_most_keep_are_kept_and_a_restart_removes_them() {
         let dir = tempfile::tempdir().unwrap();
         let s = Spares::open(dir.path()).unwrap();
         for i in 0..4 {
@@ -116,11 +112,12 @@ mod tests {
         assert_eq!(s.len(), KEEP);
         let names = |d: &Path| std::fs::read_dir(d).unwrap().count();
         assert_eq!(names(dir.path()), KEEP, "the rest were removed");
-        let again = Spares::open(dir.path()).unwrap();
-        assert_eq!(again.len(), KEEP);
-        let taken = again.take().unwrap();
+        let taken = s.take().unwrap();
         assert_eq!(std::fs::metadata(&taken).unwrap().len(), 100);
-        again.clear();
+        s.clear();
         assert_eq!(names(dir.path()), 1, "cleared, but the one taken is the caller's");
+        std::fs::rename(&taken, dir.path().join("7.spare")).unwrap();
+        let again = Spares::open(dir.path()).unwrap();
+        assert_eq!((again.len(), names(dir.path())), (0, 0), "an earlier run's spares are removed");
     }
 }
