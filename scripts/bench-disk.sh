@@ -7,10 +7,13 @@
 #
 #   bash scripts/bench-disk.sh
 #   BACKLOG_MB=256 bash scripts/bench-disk.sh
+#   SERVER_BIN=/path/to/other/weir OUT=/tmp/before.md bash scripts/bench-disk.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BACKLOG_MB=${BACKLOG_MB:-2048}
 DIR=${DIR:-target/bench-disk}
+# SERVER_BIN: another weir build to measure (e.g. the one before a change).
+SERVER_BIN=${SERVER_BIN:-./target/release/weir}
 OUT=${OUT:-bench/results/$(date -u +%F)/disk-queue.md}
 command -v h2load > /dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nghttp2-client; }
 cargo build -q --release --bin weir --example throughput_bodies
@@ -58,7 +61,7 @@ exporters:
 admin: {endpoint: "127.0.0.1:$admin"}
 log: {level: warn}
 YAML
-  ./target/release/weir --config "$DIR/$name.yaml" > "$DIR/$name.log" 2>&1 &
+  "$SERVER_BIN" --config "$DIR/$name.yaml" > "$DIR/$name.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
   for _ in $(seq 1 200); do curl -sf "http://127.0.0.1:$admin/readyz" > /dev/null && break; sleep 0.05; done
