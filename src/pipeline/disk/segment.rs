@@ -264,14 +264,20 @@ mod tests {
     use crate::pipeline::disk::record::Prepared;
     use crate::signal::Signal;
 
-    fn write_records(path: &Path, ids: std::ops::Range<u64>) -> Vec<u64> {
-        let mut v = Vec::new();
-        let mut offsets = Vec::new();
+    /// Records `ids` (payload byte `fill`, or the id when `None`) as a segment's bytes, and
+    /// where each starts.
+    fn records(ids: std::ops::Range<u64>, fill: Option<u8>) -> (Vec<u8>, Vec<u64>) {
+        let (mut v, mut offsets) = (Vec::new(), Vec::new());
         for id in ids {
             offsets.push(v.len() as u64);
-            let p = Prepared::new(0, 1, Signal::Traces, 1, Bytes::new(), Bytes::from(vec![id as u8; 100 + id as usize]));
-            p.write_to(id, &mut v);
+            let payload = Bytes::from(vec![fill.unwrap_or(id as u8); 100 + id as usize]);
+            Prepared::new(0, 1, Signal::Traces, 1, Bytes::new(), payload).write_to(id, &mut v);
         }
+        (v, offsets)
+    }
+
+    fn write_records(path: &Path, ids: std::ops::Range<u64>) -> Vec<u64> {
+        let (v, offsets) = records(ids, None);
         std::fs::write(path, &v).unwrap();
         offsets
     }
@@ -337,10 +343,7 @@ mod tests {
         let p = dir.path().join(file_name(20));
         let old = write_records(&p, 1..11);
         let mut b = std::fs::read(&p).unwrap();
-        let mut new = Vec::new();
-        for id in 20..23 {
-            Prepared::new(0, 1, Signal::Traces, 1, Bytes::new(), Bytes::from(vec![9u8; 100 + id as usize])).write_to(id, &mut new);
-        }
+        let (new, _) = records(20..23, Some(9));
         b[..new.len()].copy_from_slice(&new);
         std::fs::write(&p, &b).unwrap();
         let s = scan(&p, 20).unwrap();

@@ -141,17 +141,17 @@ impl ThrottleLayer {
             Some(Format::Json) if identity => queue.json_estimate(declared),
             _ => 0,
         };
-        // At least one byte: a full budget refuses whatever the size.
-        if queue.would_refuse(expected.max(1), critical) {
-            return Err(queue.retry_after());
+        match self.queue_full_now(expected, critical) {
+            Some(retry_after) => Err(retry_after),
+            None => Ok(expected),
         }
-        Ok(expected)
     }
 
-    /// Whether the queue has no room for `expected` bytes now (for a request that waited).
-    fn queue_full_now(&self, expected: usize) -> Option<std::time::Duration> {
+    /// The retry delay if the queue has no room for `expected` bytes now (at least one
+    /// byte: a full budget refuses whatever the size).
+    fn queue_full_now(&self, expected: usize, critical: bool) -> Option<std::time::Duration> {
         let queue = self.queue.as_ref()?;
-        queue.would_refuse(expected.max(1), false).then(|| queue.retry_after())
+        queue.would_refuse(expected.max(1), critical).then(|| queue.retry_after())
     }
 
     /// Reserves the queue room of an admitted request until it is answered.
@@ -476,8 +476,10 @@ where
         let freed = adm.freed.notified();
         tokio::pin!(freed);
         freed.as_mut().enable();
+        // Every pass after the first was woken for a slot (or ran out its wait).
+        let woken = !std::mem::replace(&mut first, false);
         // The queue may have filled while it waited (checked on arrival the first time).
-        if let Some(retry_after) = (!first).then(|| layer.queue_full_now(expected)).flatten() {
+        if let Some(retry_after) = woken.then(|| layer.queue_full_now(expected, false)).flatten() {
             in_line.take();
             // Woken for a slot it does not take: the next in line gets it.
             adm.freed.notify_one();
@@ -486,7 +488,6 @@ where
                 Err(draining) => draining.await,
             });
         }
-        let first_try = std::mem::replace(&mut first, false);
         let now = adm.now();
         let verdict = if waited {
             // The sampler's CPU level is up to one interval old; a crowd that arrived since
@@ -515,7 +516,7 @@ where
             }
             Err(refused_by) => {
                 in_line.take();
-                if !first_try {
+                if woken {
                     adm.freed.notify_one();
                 }
                 return Ok(match layer.refused_by(req, declared, signal, refused_by) {
