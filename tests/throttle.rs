@@ -151,9 +151,10 @@ fn post_while_blocked(url: String, body: Vec<u8>, busy: Duration) -> std::thread
 
 /// The queue-delay layer on real sockets. weir shares this test's single runtime thread,
 /// so blocking it is a busy core: a request sent meanwhile waits in the kernel (250 ms).
-/// With the memory level between its exit and enter lines (busy, state Normal) that
-/// request is refused with 429 and reason `queue_delay`; with every level low (idle) the
-/// same wait is let through.
+/// With the memory level between its exit and enter lines (busy, state Normal) and the
+/// core's one slot taken by an admitted request, that request is refused with 429 and
+/// reason `queue_delay`; with no admitted request in flight it is let through (refusing
+/// it would leave the core with no goodput), and with every level low (idle) too.
 #[tokio::test(flavor = "current_thread")]
 async fn a_request_that_waited_while_busy_is_refused_by_queue_delay() {
     let cg = tempfile::tempdir().unwrap();
@@ -165,7 +166,10 @@ async fn a_request_that_waited_while_busy_is_refused_by_queue_delay() {
     slow_start: {enabled: false}
     burst_damping: {enabled: false}
     bbr: {enabled: false}";
-    let w = start_yaml(&yaml(cg.path(), rules)).await;
+    // The fixture's 1000-byte memory limit would make the body budget 250 bytes, less
+    // than the slow request below holds.
+    let yaml = yaml(cg.path(), rules).replacen("receiver:\n", "receiver:\n  max_body_bytes_in_flight: 10485760\n", 1);
+    let w = start_yaml(&yaml).await;
     let url = format!("{}/v1/traces", w.http());
     let mem_level = |w: String| async move { metric_value(&w, "weir_throttle_water_level{kind=\"mem\"}").await.unwrap_or(0.0) };
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -174,7 +178,35 @@ async fn a_request_that_waited_while_busy_is_refused_by_queue_delay() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(post(&url, traces("fresh", 1, 1).encode_to_vec(), false).await.status(), 200, "busy, but no wait");
+    let admitted = || {
+        let admin = w.admin();
+        async move {
+            let key = "weir_throttle_requests_total{protocol=\"http\",record_type=\"traces\",decision=\"allowed\"";
+            metric_value(&admin, key).await.unwrap_or(0.0)
+        }
+    };
 
+    // Nothing admitted in flight: the wait is let through, or a core busy only refusing
+    // would admit nothing at all.
+    let waiting = post_while_blocked(url.clone(), traces("alone", 1, 1).encode_to_vec(), Duration::from_millis(250));
+    let resp = tokio::task::spawn_blocking(move || waiting.join().unwrap()).await.unwrap();
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+
+    // The core's slot taken: a request admitted, its body still on the way.
+    use tokio::io::AsyncWriteExt;
+    let before = admitted().await;
+    let slow_body = traces("slow", 1, 1).encode_to_vec();
+    let mut slow = tokio::net::TcpStream::connect(w.app.http_addr.unwrap()).await.unwrap();
+    let head = format!(
+        "POST /v1/traces HTTP/1.1\r\nhost: weir\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n",
+        slow_body.len()
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    slow.write_all(&slow_body[..1]).await.unwrap();
+    while admitted().await < before + 1.0 {
+        assert!(std::time::Instant::now() < deadline, "the slow request was never admitted");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     // The core is busy for 250 ms after the request arrived (target 100 ms).
     let waiting = post_while_blocked(url.clone(), traces("waited", 1, 1).encode_to_vec(), Duration::from_millis(250));
     let resp = tokio::task::spawn_blocking(move || waiting.join().unwrap()).await.unwrap();
@@ -187,6 +219,7 @@ async fn a_request_that_waited_while_busy_is_refused_by_queue_delay() {
     )
     .await;
     assert_eq!(refused, Some(1.0));
+    slow.write_all(&slow_body[1..]).await.unwrap();
 
     // Idle: the same wait is a stalled scheduler, not a queue.
     fixture(cg.path(), 100);

@@ -3,7 +3,7 @@
 //!
 //! 0. queue delay ([`Admission::check_queue_delay`], called by the throttle layer with the
 //!    request's wait in front of weir from `receiver::connection::stamp`): refuse a wait longer than
-//!    `queue_delay.target` while busy;
+//!    `queue_delay.target` while busy and every core has an admitted request in flight;
 //! 1. in-flight cap (`max_inflight_per_core`): by default the adaptive limit of
 //!    [`limit`], enforced only while busy (a water level above its exit line, or the CPU
 //!    right now); a number set by hand is a fixed cap, never gated;
@@ -399,17 +399,17 @@ impl Admission {
         self.inflight.load(Ordering::Relaxed)
     }
 
-    /// Layer 0: a request that waited `waited_nanos` in front of weir (kernel buffers, run
-    /// queue) longer than `queue_delay.target` is refused while a water level is above its
-    /// exit line, or the CPU is right now and every core has a request in flight. Else the
-    /// wait is a stall (an idle machine, a throttled quota period after a spike), not a queue.
+    /// Layer 0: a wait in front of weir longer than `queue_delay.target` is refused while
+    /// busy and every core has an admitted request in flight. Else it is a stall, or a
+    /// flood where every request waited: refusing it would leave a core with no goodput
+    /// (`docs/overload.md#admission-layers`).
     pub fn check_queue_delay(&self, waited_nanos: u64, p: Pressure) -> Result<(), Layer> {
         let cfg = self.cfg.load();
         if !cfg.queue_delay.enabled || waited_nanos <= self.queue_delay_target_in(&cfg).as_nanos() as u64 {
             return Ok(());
         }
         let cores_busy = self.inflight.load(Ordering::Relaxed) as f64 >= self.cores.ceil().max(1.0);
-        if p.above_exit || (pressed(&cfg, p) && cores_busy) {
+        if pressed(&cfg, p) && cores_busy {
             return Err(Layer::QueueDelay);
         }
         Ok(())

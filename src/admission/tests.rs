@@ -202,10 +202,16 @@ proptest! {
 
 #[test]
 fn queue_delay_refuses_a_long_wait_only_while_busy() {
-    let a = Admission::new(&cfg(), 1.0); // target 10 ms, CPU exit 0.75 by default
+    // Target 10 ms, CPU exit 0.75 by default.
+    let a = Admission::new(&cfg(), 1.0);
+    // Hot but with no admitted request in flight: a core busy only refusing (an open-loop
+    // flood, where every request has waited) must still admit something.
+    assert_eq!(a.check_queue_delay(11 * MS, HOT), Ok(()), "no admitted work: refusing it leaves no goodput");
+    let busy = a.admit(0, HOT).expect("a core with nothing in flight admits");
     assert_eq!(a.check_queue_delay(11 * MS, HOT), Err(Layer::QueueDelay));
     assert_eq!(a.check_queue_delay(9 * MS, HOT), Ok(()), "a wait under the target passes");
     assert_eq!(a.check_queue_delay(500 * MS, COOL), Ok(()), "idle: a long wait is a stalled scheduler, not a queue");
+    a.done(busy, MS, 0.9);
     // Busy right now (this sample's CPU above exit) before the slow level has caught up:
     // a queue only while the core has a request in flight; alone, a stall after a spike.
     let rising = Pressure { above_exit: false, above_enter: false, cpu: 0.9 };

@@ -63,6 +63,9 @@ pub const H2_GOAWAYS: &str = "weir_receiver_h2_goaways_total";
 /// Times an HTTP/2 connection closed (`to` = closed) or reopened (`to` = open) its
 /// initial stream window because it was refusing (see `receiver::connection::http2`).
 pub const H2_WINDOW_CHANGES: &str = "weir_receiver_h2_window_changes_total";
+/// Refused HTTP/1.x bodies left unread (the connection closed without a lingering read)
+/// because refusals had read as much as admitted requests earn them.
+pub const REFUSED_UNREAD: &str = "weir_receiver_refused_bodies_unread_total";
 /// Connections weir closed on its own, by `server` and `reason` (header_timeout, idle,
 /// keepalive_timeout, evicted).
 pub const CONNECTIONS_CLOSED: &str = "weir_receiver_connections_closed_total";

@@ -11,7 +11,9 @@
 //! bodies being read already is answered with `Connection: close` instead, and that
 //! connection closes lingering (`server::linger`): the answer goes out, the write side
 //! is shut, and what the client still sends is read away for a bounded time, so a
-//! client that reads only after sending its whole body still gets the answer.
+//! client that reads only after sending its whole body still gets the answer. Both reads
+//! of a body over [`FREE_BYTES`] come out of [`READS`], which admitted bodies fill: under
+//! a flood of refusals, the rest close without reading.
 
 use crate::receiver::connection::stamp::RxStamp;
 use axum::body::Body;
@@ -19,7 +21,7 @@ use axum::http::{header, HeaderValue, Request, Response, Version};
 use http_body_util::BodyExt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// The largest refused body read to keep its connection.
@@ -32,6 +34,67 @@ pub const MAX_TIME: Duration = Duration::from_millis(200);
 pub const MAX_CONCURRENT: usize = 8;
 
 static DRAINING: AtomicUsize = AtomicUsize::new(0);
+
+/// A refused body up to this size is read without asking [`READS`]: reading it costs
+/// less than the new connection a reset would bring.
+pub const FREE_BYTES: u64 = 64 << 10;
+/// Bytes of refused bodies that may be read per second beyond what admitted bodies earn.
+const READ_FLOOR_PER_SECOND: i64 = 4 << 20;
+/// The most credit kept: what a burst of refusals after a calm spell may read at once.
+const READ_BURST: i64 = 8 << 20;
+
+/// What refusals may read: every admitted body byte earns one byte of it, plus
+/// [`READ_FLOOR_PER_SECOND`]. A refusal never reads much more than the admitted requests
+/// do, so however many refusals come, reading them away takes at most about as much of
+/// the core as the goodput's own reads; past it a refused body is left unread and its
+/// connection closes (`docs/overload.md#measurements-behind-the-defaults`).
+static READS: ReadBudget = ReadBudget { tokens: AtomicI64::new(READ_BURST), refilled_ms: AtomicU64::new(0) };
+
+struct ReadBudget {
+    tokens: AtomicI64,
+    /// When the floor last refilled, in ms since [`origin`].
+    refilled_ms: AtomicU64,
+}
+
+fn origin() -> std::time::Instant {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *ORIGIN.get_or_init(std::time::Instant::now)
+}
+
+impl ReadBudget {
+    fn add(&self, n: i64) {
+        let before = self.tokens.fetch_add(n, Ordering::Relaxed);
+        if before + n > READ_BURST {
+            self.tokens.fetch_min(READ_BURST, Ordering::Relaxed);
+        }
+    }
+
+    /// Takes `n` bytes of credit, or none and false.
+    fn take(&self, n: u64) -> bool {
+        self.take_at(origin().elapsed().as_millis() as u64, n)
+    }
+
+    fn take_at(&self, now: u64, n: u64) -> bool {
+        let last = self.refilled_ms.fetch_max(now, Ordering::Relaxed);
+        if now > last {
+            self.add(READ_FLOOR_PER_SECOND * (now - last).min(1000) as i64 / 1000);
+        }
+        let n = n.min(READ_BURST as u64) as i64;
+        self.tokens.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| (t >= n).then_some(t - n)).is_ok()
+    }
+}
+
+/// An admitted request's declared body: earns refusals as many bytes of reading.
+pub fn credit(declared: Option<u64>) {
+    if let Some(n) = declared.filter(|n| *n > 0) {
+        READS.add(n.min(READ_BURST as u64) as i64);
+    }
+}
+
+/// Whether a refusal may read `n` bytes of a body (taken from [`READS`] if so).
+fn may_read(n: u64) -> bool {
+    n <= FREE_BYTES || READS.take(n)
+}
 
 /// One of the [`MAX_CONCURRENT`] drain slots, released on drop.
 struct Slot;
@@ -56,18 +119,21 @@ pub type Draining = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 pub enum RefusedBody {
     /// HTTP/2 (the stream is reset, the connection carries on) or no body at all.
     None,
-    /// A declared length up to [`MAX_BYTES`]: read away so the connection survives.
+    /// A declared length up to [`MAX_BYTES`], within [`READS`]: read away so the
+    /// connection survives.
     Readable,
-    /// Larger, or of unknown length: not read; the answer closes the connection.
+    /// Larger, of unknown length, or past [`READS`]: not read; the answer closes the
+    /// connection.
     Unreadable,
 }
 
 /// Which [`RefusedBody`] a request has; `declared` is its declared length (read once by
-/// the caller).
+/// the caller). A `Readable` answer has taken its bytes from [`READS`]: ask once per
+/// refusal.
 pub fn refused_body(req: &Request<Body>, declared: Option<u64>) -> RefusedBody {
     if req.version() > Version::HTTP_11 || !has_body(req) {
         RefusedBody::None
-    } else if declared.is_some_and(|n| n <= MAX_BYTES) {
+    } else if declared.is_some_and(|n| n <= MAX_BYTES && may_read(n)) {
         RefusedBody::Readable
     } else {
         RefusedBody::Unreadable
@@ -83,8 +149,20 @@ pub fn refused_body(req: &Request<Body>, declared: Option<u64>) -> RefusedBody {
 /// client that retries at once comes back on a new connection each time
 /// (`docs/overload.md#measurements-behind-the-defaults`). A new connection costs more
 /// where there is TLS, a load balancer or a NAT table in between.
-pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<Body>, Draining> {
-    let slot = match refused_body(&req, crate::receiver::middleware::refuse::declared_len(&req)) {
+pub fn finish(req: Request<Body>, resp: Response<Body>) -> Result<Response<Body>, Draining> {
+    let declared = crate::receiver::middleware::refuse::declared_len(&req);
+    let body = refused_body(&req, declared);
+    finish_as(req, resp, declared, body)
+}
+
+/// [`finish`] for a request whose [`RefusedBody`] was already asked for.
+pub fn finish_as(
+    req: Request<Body>,
+    mut resp: Response<Body>,
+    declared: Option<u64>,
+    body: RefusedBody,
+) -> Result<Response<Body>, Draining> {
+    let slot = match body {
         RefusedBody::None => return Ok(resp),
         RefusedBody::Readable => Slot::take(),
         RefusedBody::Unreadable => None,
@@ -93,13 +171,14 @@ pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<B
     match slot {
         Some(slot) => Err(Box::pin(async move {
             if !read_body_away(req, MAX_TIME).await.1 {
-                close(&mut resp, stamp.as_ref());
+                // Its bytes were granted already: what is left lingers at no charge.
+                close(&mut resp, stamp.as_ref(), Some(0));
             }
             drop(slot);
             resp
         })),
         None => {
-            close(&mut resp, stamp.as_ref());
+            close(&mut resp, stamp.as_ref(), if body == RefusedBody::Readable { Some(0) } else { declared });
             Ok(resp)
         }
     }
@@ -111,7 +190,7 @@ pub fn finish(req: Request<Body>, mut resp: Response<Body>) -> Result<Response<B
 pub fn without_reading(req: &Request<Body>, mut resp: Response<Body>) -> Response<Body> {
     if req.version() <= Version::HTTP_11 && has_body(req) {
         // No lingering either: an unknown client gets no read at all.
-        close(&mut resp, None);
+        close(&mut resp, None, None);
     }
     resp
 }
@@ -124,11 +203,20 @@ fn has_body(req: &Request<Body>) -> bool {
 }
 
 /// Answers with `Connection: close`; with the connection's stamp, the connection then
-/// closes lingering (the client reads its answer before a reset can destroy it).
-pub fn close(resp: &mut Response<Body>, stamp: Option<&RxStamp>) {
+/// closes lingering (the client reads its answer before a reset can destroy it), if
+/// [`READS`] has room for what is left of the body (`unread`, its declared length; unknown
+/// counts as a whole lingering close). Without it, the socket closes at once: a client
+/// that reads while it sends still gets the answer, one that sends its whole body first
+/// gets a reset and retries as from a broken connection.
+pub fn close(resp: &mut Response<Body>, stamp: Option<&RxStamp>, unread: Option<u64>) {
     resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    let linger = crate::receiver::connection::hygiene::LINGER_BYTES as u64;
     if let Some(s) = stamp {
-        s.linger_on_close();
+        if may_read(unread.unwrap_or(linger).min(linger)) {
+            s.linger_on_close();
+        } else {
+            ::metrics::counter!(crate::telemetry::names::REFUSED_UNREAD).increment(1);
+        }
     }
 }
 
@@ -157,4 +245,43 @@ pub async fn read_body_away(req: Request<Body>, limit: Duration) -> (Request<Bod
     };
     let whole = tokio::time::timeout(limit, read).await.unwrap_or(false);
     (Request::from_parts(parts, Body::empty()), whole)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget() -> ReadBudget {
+        ReadBudget { tokens: AtomicI64::new(READ_BURST), refilled_ms: AtomicU64::new(0) }
+    }
+
+    #[test]
+    fn refusals_read_what_admitted_requests_earn_and_no_more() {
+        let b = budget();
+        const BODY: u64 = 700_000;
+        // A fresh weir may read a burst of refused bodies...
+        let fresh = (0..100).take_while(|_| b.take_at(0, BODY)).count();
+        assert_eq!(fresh, (READ_BURST as u64 / BODY) as usize);
+        // ...and then none, within the same millisecond.
+        assert!(!b.take_at(0, BODY));
+        // Each admitted body earns one refused body's read.
+        b.add(BODY as i64);
+        assert!(b.take_at(0, BODY));
+        assert!(!b.take_at(0, BODY));
+        // Without admissions, the floor: 4 MiB a second, so 5 bodies of 700 KB in 1 s.
+        assert!(b.take_at(0, b.tokens.load(Ordering::Relaxed) as u64));
+        let floor = (0..100).filter(|i| b.take_at(1 + i * 10, BODY)).count();
+        assert_eq!(floor, 5, "{floor}");
+    }
+
+    #[test]
+    fn credit_is_capped_at_the_burst() {
+        let b = budget();
+        b.add(100 * READ_BURST);
+        assert_eq!(b.tokens.load(Ordering::Relaxed), READ_BURST);
+        // A long quiet spell refills at most one second of floor, and never past the burst.
+        assert!(b.take_at(0, READ_BURST as u64));
+        assert!(b.take_at(3_600_000, READ_FLOOR_PER_SECOND as u64));
+        assert!(!b.take_at(3_600_000, 1));
+    }
 }

@@ -164,6 +164,7 @@ impl ThrottleLayer {
     fn admitted(&self, declared: Option<u64>, signal: Option<Signal>, reason: Reason, mut ticket: crate::admission::Ticket) -> DoneGuard {
         self.counters.count(signal, reason);
         ticket.bytes = declared.unwrap_or(0);
+        drain::credit(declared);
         DoneGuard::new(Arc::clone(&self.admission), ticket, Arc::clone(&self.manager))
     }
 
@@ -262,7 +263,7 @@ impl ThrottleLayer {
         let resp = crate::receiver::middleware::refuse::reject_counted(self.kind, &req, err(retry_after));
         // Nothing of the body is decompressed or decoded; over HTTP/1.1 a modest one is
         // read away so the connection survives (see `middleware::drain`).
-        drain::finish(req, resp)
+        drain::finish_as(req, resp, declared, body)
     }
 }
 
@@ -417,7 +418,7 @@ async fn held(
         if !whole {
             drop(guard);
             let mut resp = answer(&req, started.elapsed());
-            drain::close(&mut resp, req.extensions().get::<crate::receiver::connection::stamp::RxStamp>());
+            drain::close(&mut resp, req.extensions().get::<crate::receiver::connection::stamp::RxStamp>(), Some(0));
             return resp;
         }
         req
