@@ -43,17 +43,21 @@ const READ_FLOOR_PER_SECOND: i64 = 4 << 20;
 /// The most credit kept: what a burst of refusals after a calm spell may read at once.
 const READ_BURST: i64 = 8 << 20;
 
-/// What refusals may read: every admitted body byte earns one byte of it, plus
-/// [`READ_FLOOR_PER_SECOND`]. A refusal never reads much more than the admitted requests
-/// do, so however many refusals come, reading them away takes at most about as much of
-/// the core as the goodput's own reads; past it a refused body is left unread and its
-/// connection closes (`docs/overload.md#measurements-behind-the-defaults`).
-static READS: ReadBudget = ReadBudget { tokens: AtomicI64::new(READ_BURST), refilled_ms: AtomicU64::new(0) };
+/// What refusals may read while admitted requests are in flight: every admitted body
+/// byte earns one byte of it, plus [`READ_FLOOR_PER_SECOND`]. A refusal never reads much
+/// more than the admitted requests do, so however many refusals come, reading them away
+/// takes at most about as much of the core as the goodput's own reads; past it a refused
+/// body is left unread and its connection closes. With nothing admitted in flight the
+/// reads take the core from nobody, and refusals read freely
+/// (`docs/overload.md#measurements-behind-the-defaults`).
+static READS: ReadBudget = ReadBudget::new();
 
 struct ReadBudget {
     tokens: AtomicI64,
     /// When the floor last refilled, in ms since [`origin`].
     refilled_ms: AtomicU64,
+    /// Admitted requests not yet answered (see [`Earning`]).
+    in_flight: AtomicI64,
 }
 
 fn origin() -> std::time::Instant {
@@ -62,6 +66,16 @@ fn origin() -> std::time::Instant {
 }
 
 impl ReadBudget {
+    const fn new() -> Self {
+        ReadBudget { tokens: AtomicI64::new(READ_BURST), refilled_ms: AtomicU64::new(0), in_flight: AtomicI64::new(0) }
+    }
+
+    /// Whether a refusal may read `n` bytes at `now`: freely while no admitted request is
+    /// in flight, else within the credit.
+    fn may_read_at(&self, now: u64, n: u64) -> bool {
+        self.in_flight.load(Ordering::Relaxed) <= 0 || self.take_at(now, n)
+    }
+
     fn add(&self, n: i64) {
         let before = self.tokens.fetch_add(n, Ordering::Relaxed);
         if before + n > READ_BURST {
@@ -69,11 +83,7 @@ impl ReadBudget {
         }
     }
 
-    /// Takes `n` bytes of credit, or none and false.
-    fn take(&self, n: u64) -> bool {
-        self.take_at(origin().elapsed().as_millis() as u64, n)
-    }
-
+    /// Takes `n` bytes of credit at `now`, or none and false.
     fn take_at(&self, now: u64, n: u64) -> bool {
         let last = self.refilled_ms.fetch_max(now, Ordering::Relaxed);
         if now > last {
@@ -84,16 +94,29 @@ impl ReadBudget {
     }
 }
 
-/// An admitted request's declared body: earns refusals as many bytes of reading.
-pub fn credit(declared: Option<u64>) {
+/// An admitted request in flight, for [`READS`]; dropped when it is answered.
+#[must_use]
+pub struct Earning(());
+
+impl Drop for Earning {
+    fn drop(&mut self) {
+        READS.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An admitted request: its declared body earns refusals as many bytes of reading, and
+/// until the returned [`Earning`] drops, refusals read within the credit.
+pub fn credit(declared: Option<u64>) -> Earning {
+    READS.in_flight.fetch_add(1, Ordering::Relaxed);
     if let Some(n) = declared.filter(|n| *n > 0) {
         READS.add(n.min(READ_BURST as u64) as i64);
     }
+    Earning(())
 }
 
 /// Whether a refusal may read `n` bytes of a body (taken from [`READS`] if so).
 fn may_read(n: u64) -> bool {
-    n <= FREE_BYTES || READS.take(n)
+    n <= FREE_BYTES || READS.may_read_at(origin().elapsed().as_millis() as u64, n)
 }
 
 /// One of the [`MAX_CONCURRENT`] drain slots, released on drop.
@@ -252,7 +275,21 @@ mod tests {
     use super::*;
 
     fn budget() -> ReadBudget {
-        ReadBudget { tokens: AtomicI64::new(READ_BURST), refilled_ms: AtomicU64::new(0) }
+        ReadBudget::new()
+    }
+
+    #[test]
+    fn with_nothing_admitted_in_flight_refusals_read_freely() {
+        let b = budget();
+        const BODY: u64 = 1 << 20;
+        // Nothing admitted in flight: the reads take the core from nobody.
+        assert!((0..100).all(|_| b.may_read_at(0, BODY)));
+        assert_eq!(b.tokens.load(Ordering::Relaxed), READ_BURST, "free reads take no credit");
+        // One in flight: the credit binds (8 MiB of burst, no time for the floor).
+        b.in_flight.fetch_add(1, Ordering::Relaxed);
+        assert_eq!((0..100).filter(|_| b.may_read_at(0, BODY)).count(), 8);
+        b.in_flight.fetch_sub(1, Ordering::Relaxed);
+        assert!((0..100).all(|_| b.may_read_at(0, BODY)));
     }
 
     #[test]

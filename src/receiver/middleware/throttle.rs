@@ -21,6 +21,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
+/// An admitted request's slot, and its part in what refusals may read; both end when it
+/// is answered.
+type Admitted = (DoneGuard, drain::Earning);
+
 const REASONS: [Reason; 8] = [
     Reason::Normal,
     Reason::SheddingPass,
@@ -161,11 +165,10 @@ impl ThrottleLayer {
 
     /// Counts an admission and guards its slot until the response is ready; the ticket
     /// carries the declared body length (`declared`), for the hold's completed bytes.
-    fn admitted(&self, declared: Option<u64>, signal: Option<Signal>, reason: Reason, mut ticket: crate::admission::Ticket) -> DoneGuard {
+    fn admitted(&self, declared: Option<u64>, signal: Option<Signal>, reason: Reason, mut ticket: crate::admission::Ticket) -> Admitted {
         self.counters.count(signal, reason);
         ticket.bytes = declared.unwrap_or(0);
-        drain::credit(declared);
-        DoneGuard::new(Arc::clone(&self.admission), ticket, Arc::clone(&self.manager))
+        (DoneGuard::new(Arc::clone(&self.admission), ticket, Arc::clone(&self.manager)), drain::credit(declared))
     }
 
     /// Counts and answers a refusal by an admission layer.
@@ -570,7 +573,7 @@ pub mod future {
         pub enum ResponseFuture<F, E> {
             /// Admitted.
             /// `reserved`: the queue room the body is expected to take, until answered.
-            Inner { #[pin] fut: F, guard: Option<crate::throttle::DoneGuard>, reserved: Option<crate::pipeline::Reserved> },
+            Inner { #[pin] fut: F, guard: Option<super::Admitted>, reserved: Option<crate::pipeline::Reserved> },
             /// Refused.
             Rejected { resp: Option<Response<Body>> },
             /// Refused, answered once the unread HTTP/1.1 body has been read away.
