@@ -195,14 +195,7 @@ async fn a_request_that_waited_while_busy_is_refused_by_queue_delay() {
     // The core's slot taken: a request admitted, its body still on the way.
     use tokio::io::AsyncWriteExt;
     let before = admitted().await;
-    let slow_body = traces("slow", 1, 1).encode_to_vec();
-    let mut slow = tokio::net::TcpStream::connect(w.app.http_addr.unwrap()).await.unwrap();
-    let head = format!(
-        "POST /v1/traces HTTP/1.1\r\nhost: weir\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n",
-        slow_body.len()
-    );
-    slow.write_all(head.as_bytes()).await.unwrap();
-    slow.write_all(&slow_body[..1]).await.unwrap();
+    let (mut slow, rest) = take_a_slot(w.app.http_addr.unwrap(), &traces("slow", 1, 1).encode_to_vec()).await;
     while admitted().await < before + 1.0 {
         assert!(std::time::Instant::now() < deadline, "the slow request was never admitted");
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -219,7 +212,7 @@ async fn a_request_that_waited_while_busy_is_refused_by_queue_delay() {
     )
     .await;
     assert_eq!(refused, Some(1.0));
-    slow.write_all(&slow_body[1..]).await.unwrap();
+    slow.write_all(&rest).await.unwrap();
 
     // Idle: the same wait is a stalled scheduler, not a queue.
     fixture(cg.path(), 100);
