@@ -15,7 +15,7 @@
 //! of a body over [`FREE_BYTES`] come out of [`READS`], which admitted bodies fill: under
 //! a flood of refusals, the rest close without reading.
 
-use crate::receiver::connection::stamp::RxStamp;
+use crate::receiver::connection::stamp::{mono_ms, RxStamp};
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Request, Response, Version};
 use http_body_util::BodyExt;
@@ -54,15 +54,10 @@ static READS: ReadBudget = ReadBudget::new();
 
 struct ReadBudget {
     tokens: AtomicI64,
-    /// When the floor last refilled, in ms since [`origin`].
+    /// When the floor last refilled ([`mono_ms`]).
     refilled_ms: AtomicU64,
     /// Admitted requests not yet answered (see [`Earning`]).
     in_flight: AtomicI64,
-}
-
-fn origin() -> std::time::Instant {
-    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    *ORIGIN.get_or_init(std::time::Instant::now)
 }
 
 impl ReadBudget {
@@ -116,7 +111,7 @@ pub fn credit(declared: Option<u64>) -> Earning {
 
 /// Whether a refusal may read `n` bytes of a body (taken from [`READS`] if so).
 fn may_read(n: u64) -> bool {
-    n <= FREE_BYTES || READS.may_read_at(origin().elapsed().as_millis() as u64, n)
+    n <= FREE_BYTES || READS.may_read_at(mono_ms(), n)
 }
 
 /// One of the [`MAX_CONCURRENT`] drain slots, released on drop.
