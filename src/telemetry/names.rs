@@ -88,6 +88,8 @@ pub const DISK_APPENDED_BYTES: &str = "weir_queue_appended_bytes_total";
 pub const DISK_FSYNC: &str = "weir_queue_fsync_duration_seconds";
 /// Records written per write+fsync (group commit size).
 pub const DISK_GROUP: &str = "weir_queue_group_commit_records";
+/// How long the writer last waited for a group to grow (`on_ack`), seconds.
+pub const DISK_GROUP_WAIT: &str = "weir_queue_group_wait_seconds";
 /// Items read back from records an earlier run wrote, by `exporter` (sent again after a
 /// restart: an upper bound on duplicates).
 pub const DISK_REPLAYED: &str = "weir_queue_replayed_items_total";

@@ -1,7 +1,8 @@
 //! The writer thread: group commit.
 //!
-//! It takes the first waiting append, then every other one already waiting (up to
-//! [`GROUP_BYTES`]), writes them with one `pwritev` and, with `sync: on_ack`, one
+//! It takes the first waiting append, then (with `on_ack`, while appends come fast: see
+//! [`super::pace`]) waits up to about one fsync for more, then takes every other one
+//! waiting (up to [`GROUP_BYTES`]), writes them with one `pwritev` and, with `sync: on_ack`, one
 //! `fdatasync`, then answers them all: an fsync costs once per group, however many
 //! requests share it. With `interval` it answers after the write (the data is in the
 //! page cache: a crash of weir loses nothing, a power loss up to one interval) and syncs
@@ -13,13 +14,15 @@
 //! starts a new file. Nothing is acknowledged that was not written, and the thread never
 //! exits on an error: once space returns, the next group succeeds.
 
+use super::direct::{self, DirectFile};
+use super::pace::Pace;
 use super::spare::Spares;
 use super::{segment, Append, AppendError, Seg, Shared};
 use crate::config::SyncMode;
 use crate::telemetry::names;
 use std::fs::File;
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,19 +42,40 @@ pub(crate) trait SegmentFiles: Send + Sync {
 
 /// One open segment file.
 pub(crate) trait SegmentFile: Send {
-    /// Writes all of `parts`, in order, at `offset`.
-    fn write_parts_at(&self, parts: Vec<&[u8]>, offset: u64) -> std::io::Result<()>;
+    /// Writes all of `parts`, in order, at `offset`; returns where the file's written
+    /// bytes now end (past the parts when a direct write padded its last block).
+    fn write_parts_at(&mut self, parts: Vec<&[u8]>, offset: u64) -> std::io::Result<u64>;
     /// fdatasync.
     fn sync_data(&self) -> std::io::Result<()>;
     /// Truncates to `len`.
-    fn set_len(&self, len: u64) -> std::io::Result<()>;
+    fn set_len(&mut self, len: u64) -> std::io::Result<()>;
+    /// Whether writes skip the page cache.
+    fn direct(&self) -> bool {
+        false
+    }
 }
 
-/// The real file system.
-pub(crate) struct RealFiles;
+/// The real file system: with `direct`, segments are written with `O_DIRECT` where the
+/// file system takes it (see [`super::direct`]), else through the page cache.
+pub(crate) struct RealFiles {
+    direct: AtomicBool,
+}
+
+impl RealFiles {
+    pub(crate) fn new(direct: bool) -> Self {
+        RealFiles { direct: AtomicBool::new(direct) }
+    }
+}
 
 impl SegmentFiles for RealFiles {
     fn create(&self, path: &Path, truncate: bool) -> std::io::Result<Box<dyn SegmentFile>> {
+        if self.direct.load(Ordering::Relaxed) {
+            if let Some(f) = direct::open(path, truncate)? {
+                return Ok(Box::new(DirectFile::new(f)));
+            }
+            self.direct.store(false, Ordering::Relaxed);
+            tracing::info!(segment = %path.display(), "the queue's file system takes no direct I/O; segments are written through the page cache");
+        }
         Ok(Box::new(std::fs::OpenOptions::new().create(true).truncate(truncate).write(true).open(path)?))
     }
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
@@ -60,14 +84,31 @@ impl SegmentFiles for RealFiles {
 }
 
 impl SegmentFile for File {
-    fn write_parts_at(&self, parts: Vec<&[u8]>, offset: u64) -> std::io::Result<()> {
-        write_parts_at(self, parts, offset)
+    fn write_parts_at(&mut self, parts: Vec<&[u8]>, offset: u64) -> std::io::Result<u64> {
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        write_parts_at(self, parts, offset)?;
+        Ok(offset + len)
     }
     fn sync_data(&self) -> std::io::Result<()> {
         File::sync_data(self)
     }
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
+    fn set_len(&mut self, len: u64) -> std::io::Result<()> {
         File::set_len(self, len)
+    }
+}
+
+impl SegmentFile for DirectFile {
+    fn write_parts_at(&mut self, parts: Vec<&[u8]>, offset: u64) -> std::io::Result<u64> {
+        DirectFile::write_parts_at(self, &parts, offset)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        DirectFile::sync_data(self)
+    }
+    fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+        DirectFile::set_len(self, len)
+    }
+    fn direct(&self) -> bool {
+        true
     }
 }
 
@@ -84,6 +125,7 @@ pub(super) struct Writer {
     unsynced: bool,
     /// The active segment must not take more records (a sync or a cut failed).
     broken: bool,
+    pace: Pace,
 }
 
 fn kind(e: &std::io::Error) -> &'static str {
@@ -100,7 +142,19 @@ impl Writer {
         (file, file_len): (Box<dyn SegmentFile>, u64),
         next_id: u64,
     ) -> Self {
-        Writer { shared, file, files, offset: 0, file_len, next_id, last_sync: Instant::now(), unsynced: false, broken: false }
+        shared.direct.store(file.direct(), Ordering::Relaxed);
+        Writer {
+            shared,
+            file,
+            files,
+            offset: 0,
+            file_len,
+            next_id,
+            last_sync: Instant::now(),
+            unsynced: false,
+            broken: false,
+            pace: Pace::new(),
+        }
     }
 
     pub(super) fn run(mut self, rx: Receiver<Append>) {
@@ -123,6 +177,15 @@ impl Writer {
             };
             let mut bytes = first.prepared.size();
             let mut group = vec![first];
+            if mode == SyncMode::OnAck {
+                let wait = self.pace.wait(Instant::now());
+                self.shared.group_wait_us.store(wait.as_micros() as u64, Ordering::Relaxed);
+                metrics::gauge!(names::DISK_GROUP_WAIT).set(wait.as_secs_f64());
+                if !wait.is_zero() {
+                    // A sleep, then what came: one wake-up per group, not one per append.
+                    std::thread::sleep(wait);
+                }
+            }
             while bytes < GROUP_BYTES {
                 match rx.try_recv() {
                     Ok(a) => {
@@ -132,6 +195,7 @@ impl Writer {
                     Err(_) => break,
                 }
             }
+            self.pace.closed(Instant::now(), group.len());
             self.commit(group);
         }
         let cut = self.cut_to_length();
@@ -175,6 +239,7 @@ impl Writer {
         }
         let start = self.offset;
         let first_id = self.next_id;
+        let began = Instant::now();
         // One pwritev for the group, straight from the requests' buffers: no copy into
         // a group buffer, so a large request is not copied once more.
         let heads: Vec<[u8; 20]> = group.iter().enumerate().map(|(i, a)| a.prepared.head(first_id + i as u64)).collect();
@@ -184,9 +249,12 @@ impl Writer {
             parts.extend([&h[..], &p.rest_head[..], &p.tenant[..], &p.payload[..]].into_iter().filter(|s| !s.is_empty()));
         }
         let len: u64 = group.iter().map(|a| a.prepared.size()).sum();
-        if let Err(e) = self.file.write_parts_at(parts, start) {
-            self.cut(start);
-            return self.fail(group, &e, "write");
+        match self.file.write_parts_at(parts, start) {
+            Ok(end) => self.file_len = self.file_len.max(end),
+            Err(e) => {
+                self.cut(start);
+                return self.fail(group, &e, "write");
+            }
         }
         self.unsynced = true;
         let must_sync = match self.shared.config.sync {
@@ -202,6 +270,7 @@ impl Writer {
                 self.broken = true;
                 return self.fail(group, &e, "fsync");
             }
+            self.pace.committed(began.elapsed());
         }
         // Counted here, before readers can export them, and not by the waiting handler: a
         // client may hang up (dropping its handler) now, and its items will still be exported.
@@ -303,6 +372,7 @@ impl Writer {
         let n = segs.list.len();
         drop(segs);
         metrics::gauge!(names::DISK_SEGMENTS).set(n as f64);
+        self.shared.direct.store(file.direct(), Ordering::Relaxed);
         self.file = file;
         self.file_len = file_len;
         self.offset = 0;
