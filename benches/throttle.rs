@@ -54,6 +54,20 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
+    // The same plus the refused-body read credit an admitted request earns and gives
+    // back when it ends (`drain::credit`, on every protocol).
+    g.bench_function("full+read_credit/classify+decide+layers+done", |b| {
+        b.iter(|| {
+            now += 50_000;
+            let signal = routes.classify(black_box("/v1/logs"));
+            let d = manager.decide(signal);
+            if let (weir::throttle::manager::Decision::Admit(_), Ok(t)) = (d, admission.admit(now, hot)) {
+                let earning = weir::receiver::middleware::drain::credit(black_box(Some(237_804)));
+                admission.done(t, now + 10_000, 0.9);
+                drop(earning);
+            }
+        })
+    });
     // The same with the PID rate controller on (its update runs once per sample
     // interval; every request takes a token).
     let mut with_pid = config.clone();

@@ -150,6 +150,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let throttle = Throttle::start(&config.receiver.throttle, &config.receiver.auth, Arc::clone(&conns) as _);
     if let Some(d) = pipeline.disk() {
         throttle.manager.set_disk(Arc::clone(d));
+        d.count_admitted_with(crate::receiver::middleware::drain::admitted_in_flight);
     }
     throttle.manager.set_config_hash(config.hash());
     let ingest = ingest_base.with_priorities(Arc::clone(&throttle.manager)).with_item_quotas(auth.clone());

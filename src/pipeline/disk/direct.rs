@@ -17,8 +17,9 @@ use std::os::unix::fs::FileExt;
 /// in common use; a multiple of 512).
 pub(super) const ALIGN: usize = 4096;
 
-/// The staging buffer is given back when it grew past this (a rare huge group).
-const KEEP_BYTES: usize = 32 << 20;
+/// A staging buffer past this size (grown for a rare huge group, up to the largest
+/// group) is given back at the next write that needs less than half of it.
+const KEEP_BYTES: usize = 4 << 20;
 
 /// A segment file opened with `O_DIRECT`.
 pub(super) struct DirectFile {
@@ -42,8 +43,8 @@ impl DirectFile {
         if self.buf.len() - self.base >= len && self.buf.len() <= KEEP_BYTES.max(2 * (len + ALIGN)) {
             return;
         }
-        // Rounded up, so groups that grow a little do not each allocate anew.
-        let mut buf = vec![0u8; (len + ALIGN).next_power_of_two().max(1 << 20)];
+        // Rounded up to a MiB, so groups that grow a little do not each allocate anew.
+        let mut buf = vec![0u8; (len + ALIGN).next_multiple_of(1 << 20)];
         let base = buf.as_ptr().align_offset(ALIGN);
         let keep = self.tail_len.min(self.buf.len().saturating_sub(self.base));
         buf[base..base + keep].copy_from_slice(&self.buf[self.base..self.base + keep]);

@@ -131,6 +131,19 @@ pub(crate) struct Shared {
     group_wait_us: AtomicU64,
     /// The active segment is written with direct I/O.
     direct: std::sync::atomic::AtomicBool,
+    /// Appends handed to the writer and not yet answered.
+    pending: AtomicU64,
+    /// Admitted requests in flight in the whole process (set by the app; none: 0).
+    admitted: std::sync::OnceLock<fn() -> usize>,
+}
+
+impl Shared {
+    /// Admitted requests that have not reached the writer yet: what a group may still
+    /// wait for.
+    fn on_the_way(&self) -> u64 {
+        let admitted = self.admitted.get().map_or(0, |f| f()) as u64;
+        admitted.saturating_sub(self.pending.load(Ordering::Relaxed))
+    }
 }
 
 impl Shared {
@@ -251,6 +264,22 @@ impl std::fmt::Debug for DiskQueue {
     }
 }
 
+/// One append counted in [`Shared::pending`] until it is answered (or its caller gone).
+struct Pending<'a>(&'a AtomicU64);
+
+impl<'a> Pending<'a> {
+    fn new(n: &'a AtomicU64) -> Self {
+        n.fetch_add(1, Ordering::Relaxed);
+        Pending(n)
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl DiskQueue {
     /// Opens (or creates) the queue in `config.path` for these exporters, recovers what
     /// an earlier run left, and starts the writer thread. Non-critical requests may fill
@@ -341,6 +370,8 @@ impl DiskQueue {
             spares,
             group_wait_us: AtomicU64::new(0),
             direct: std::sync::atomic::AtomicBool::new(false),
+            pending: AtomicU64::new(0),
+            admitted: std::sync::OnceLock::new(),
         });
         shared.gc();
         shared.records_gauge();
@@ -463,12 +494,19 @@ impl DiskQueue {
             return Err(AppendError::Full { used: self.bytes(), max: if critical { self.shared.config.max_bytes } else { self.limit() } });
         }
         let (done, answer) = oneshot::channel();
+        let _pending = Pending::new(&self.shared.pending);
         {
             let tx = self.tx.read().unwrap_or_else(|e| e.into_inner());
             let Some(tx) = tx.as_ref() else { return Err(AppendError::Closed) };
             tx.send(Append { prepared, done }).map_err(|_| AppendError::Closed)?;
         }
         answer.await.unwrap_or(Err(AppendError::Closed))
+    }
+
+    /// Where the writer learns how many admitted requests are in flight (see
+    /// docs/durable-queue.md#group-commit); without it, groups never wait.
+    pub fn count_admitted_with(&self, f: fn() -> usize) {
+        let _ = self.shared.admitted.set(f);
     }
 
     /// Shutdown: stops appending (the writer writes and syncs what it has and exits),
@@ -628,6 +666,44 @@ mod tests {
         let syncs = q.syncs();
         assert!((1..100).contains(&syncs), "200 concurrent on_ack appends took {syncs} fsyncs");
         assert_eq!(q.shared.last_id(), 200);
+        q.shutdown(Duration::ZERO).await;
+    }
+
+    static ADMITTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    /// A group waits for admitted requests still on their way, and only for them.
+    #[tokio::test]
+    async fn a_group_waits_only_while_admitted_requests_are_on_their_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = DiskQueue::open(&config(dir.path(), SyncMode::OnAck), &[], 0.0).unwrap();
+        q.count_admitted_with(|| ADMITTED.load(Ordering::Relaxed));
+        let waited = |q: &DiskQueue| q.debug()["group_wait_seconds"].as_f64().unwrap();
+        // Alone (this append is the only admitted request): answered without a wait.
+        ADMITTED.store(1, Ordering::Relaxed);
+        for i in 0..20 {
+            q.append(&payload(i), false, None).await.unwrap();
+            assert_eq!(waited(&q), 0.0, "append {i} waited");
+        }
+        // Nine more admitted and not here yet: the group waits for them, up to its
+        // window (twice the recent commit, at most 2 ms), then commits what it has.
+        ADMITTED.store(10, Ordering::Relaxed);
+        let window = q.append(&payload(0), false, None).await.map(|()| waited(&q)).unwrap();
+        assert!(window > 0.0 && window < 0.1, "waited {window} s");
+        // Nine admitted that arrive together: one group (two at most), its wait ended
+        // once all of them were in.
+        ADMITTED.store(9, Ordering::Relaxed);
+        let syncs = q.syncs();
+        let tasks: Vec<_> = (0..9u8)
+            .map(|i| {
+                let q = Arc::clone(&q);
+                tokio::spawn(async move { q.append(&payload(i), false, None).await })
+            })
+            .collect();
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), Ok(()));
+        }
+        assert!(q.syncs() - syncs <= 2, "{} fsyncs for nine appends sent together", q.syncs() - syncs);
+        ADMITTED.store(0, Ordering::Relaxed);
         q.shutdown(Duration::ZERO).await;
     }
 

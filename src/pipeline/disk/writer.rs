@@ -1,8 +1,8 @@
 //! The writer thread: group commit.
 //!
-//! It takes the first waiting append, then (with `on_ack`, while appends come fast: see
-//! [`super::pace`]) waits up to about one fsync for more, then takes every other one
-//! waiting (up to [`GROUP_BYTES`]), writes them with one `pwritev` and, with `sync: on_ack`, one
+//! It takes the first waiting append and every other one waiting (up to
+//! [`GROUP_BYTES`]); with `on_ack`, while admitted requests are still on their way, it
+//! waits up to about one commit for them (see [`super::pace`]). It writes them with one `pwritev` and, with `sync: on_ack`, one
 //! `fdatasync`, then answers them all: an fsync costs once per group, however many
 //! requests share it. With `interval` it answers after the write (the data is in the
 //! page cache: a crash of weir loses nothing, a power loss up to one interval) and syncs
@@ -153,7 +153,7 @@ impl Writer {
             last_sync: Instant::now(),
             unsynced: false,
             broken: false,
-            pace: Pace::new(),
+            pace: Pace::default(),
         }
     }
 
@@ -177,25 +177,35 @@ impl Writer {
             };
             let mut bytes = first.prepared.size();
             let mut group = vec![first];
+            let mut take = |a: Append, group: &mut Vec<Append>| {
+                bytes += a.prepared.size();
+                group.push(a);
+                bytes < GROUP_BYTES
+            };
+            while let Ok(a) = rx.try_recv() {
+                if !take(a, &mut group) {
+                    break;
+                }
+            }
             if mode == SyncMode::OnAck {
-                let wait = self.pace.wait(Instant::now());
-                self.shared.group_wait_us.store(wait.as_micros() as u64, Ordering::Relaxed);
-                metrics::gauge!(names::DISK_GROUP_WAIT).set(wait.as_secs_f64());
-                if !wait.is_zero() {
-                    // A sleep, then what came: one wake-up per group, not one per append.
-                    std::thread::sleep(wait);
-                }
-            }
-            while bytes < GROUP_BYTES {
-                match rx.try_recv() {
-                    Ok(a) => {
-                        bytes += a.prepared.size();
-                        group.push(a);
+                // While admitted requests are still on their way here, the group waits for
+                // them (each arrival looks again), at most the pace's window.
+                let mut waited = Duration::ZERO;
+                if self.shared.on_the_way() > 0 {
+                    let t = Instant::now();
+                    let deadline = t + self.pace.window();
+                    loop {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        let Ok(a) = rx.recv_timeout(left) else { break };
+                        if !take(a, &mut group) || left.is_zero() || self.shared.on_the_way() == 0 {
+                            break;
+                        }
                     }
-                    Err(_) => break,
+                    waited = t.elapsed();
                 }
+                self.shared.group_wait_us.store(waited.as_micros() as u64, Ordering::Relaxed);
+                metrics::gauge!(names::DISK_GROUP_WAIT).set(waited.as_secs_f64());
             }
-            self.pace.closed(Instant::now(), group.len());
             self.commit(group);
         }
         let cut = self.cut_to_length();

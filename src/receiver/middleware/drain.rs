@@ -109,6 +109,12 @@ pub fn credit(declared: Option<u64>) -> Earning {
     Earning(())
 }
 
+/// Admitted requests in flight now, across every listener (those whose [`Earning`]
+/// lives: from admission to the end of the answer).
+pub fn admitted_in_flight() -> usize {
+    READS.in_flight.load(Ordering::Relaxed).max(0) as usize
+}
+
 /// Whether a refusal may read `n` bytes of a body (taken from [`READS`] if so).
 fn may_read(n: u64) -> bool {
     n <= FREE_BYTES || READS.may_read_at(mono_ms(), n)
