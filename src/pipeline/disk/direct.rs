@@ -17,14 +17,14 @@ use std::os::unix::fs::FileExt;
 /// in common use; a multiple of 512).
 pub(super) const ALIGN: usize = 4096;
 
-/// A staging buffer past this size (grown for a rare huge group, up to the largest
-/// group) is given back at the next write that needs less than half of it.
-const KEEP_BYTES: usize = 4 << 20;
+/// The staging buffer: a group larger than this is written a chunk at a time, so the
+/// buffer stays this size whatever the groups are.
+const CHUNK: usize = 1 << 20;
 
 /// A segment file opened with `O_DIRECT`.
 pub(super) struct DirectFile {
     file: File,
-    /// Staging memory; `buf[base..]` is aligned to [`ALIGN`].
+    /// Staging memory, [`CHUNK`] bytes from `base`, which is aligned to [`ALIGN`].
     buf: Vec<u8>,
     base: usize,
     /// The file's bytes from `tail_at` (a block offset) for `tail_len` bytes are at
@@ -35,20 +35,9 @@ pub(super) struct DirectFile {
 
 impl DirectFile {
     pub(super) fn new(file: File) -> Self {
-        DirectFile { file, buf: Vec::new(), base: 0, tail_at: u64::MAX, tail_len: 0 }
-    }
-
-    /// Room for `len` aligned bytes at `buf[base..]`; keeps what is there.
-    fn reserve(&mut self, len: usize) {
-        if self.buf.len() - self.base >= len && self.buf.len() <= KEEP_BYTES.max(2 * (len + ALIGN)) {
-            return;
-        }
-        // Rounded up to a MiB, so groups that grow a little do not each allocate anew.
-        let mut buf = vec![0u8; (len + ALIGN).next_multiple_of(1 << 20)];
+        let buf = vec![0u8; CHUNK + ALIGN];
         let base = buf.as_ptr().align_offset(ALIGN);
-        let keep = self.tail_len.min(self.buf.len().saturating_sub(self.base));
-        buf[base..base + keep].copy_from_slice(&self.buf[self.base..self.base + keep]);
-        (self.buf, self.base) = (buf, base);
+        DirectFile { file, buf, base, tail_at: u64::MAX, tail_len: 0 }
     }
 
     /// Writes `parts` at `offset`; returns the end of what the file now holds (the last
@@ -56,28 +45,34 @@ impl DirectFile {
     pub(super) fn write_parts_at(&mut self, parts: &[&[u8]], offset: u64) -> std::io::Result<u64> {
         let block = offset - offset % ALIGN as u64;
         let pre = (offset - block) as usize;
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        let padded = (pre + len).div_ceil(ALIGN) * ALIGN;
-        self.reserve(padded.max(ALIGN));
         if pre > 0 && !(self.tail_at == block && self.tail_len >= pre) {
             self.read_block(block)?;
         }
-        let b = &mut self.buf[self.base..self.base + padded];
-        let mut at = pre;
-        for p in parts {
-            b[at..at + p.len()].copy_from_slice(p);
-            at += p.len();
-        }
-        b[at..].fill(0);
         // Until this write is whole, the kept block may not match the file.
         self.tail_len = 0;
-        self.file.write_all_at(b, block)?;
-        let end = offset + len as u64;
-        let last = end - end % ALIGN as u64;
-        let from = (last - block) as usize;
-        self.buf.copy_within(self.base + from..self.base + from + (end - last) as usize, self.base);
-        (self.tail_at, self.tail_len) = (last, (end - last) as usize);
-        Ok(block + padded as u64)
+        let (mut fill, mut at) = (pre, block);
+        for part in parts {
+            let mut p = *part;
+            while !p.is_empty() {
+                let n = (CHUNK - fill).min(p.len());
+                self.buf[self.base + fill..self.base + fill + n].copy_from_slice(&p[..n]);
+                (fill, p) = (fill + n, &p[n..]);
+                if fill == CHUNK {
+                    self.file.write_all_at(&self.buf[self.base..self.base + CHUNK], at)?;
+                    (fill, at) = (0, at + CHUNK as u64);
+                }
+            }
+        }
+        let padded = fill.div_ceil(ALIGN) * ALIGN;
+        if padded > 0 {
+            self.buf[self.base + fill..self.base + padded].fill(0);
+            self.file.write_all_at(&self.buf[self.base..self.base + padded], at)?;
+        }
+        // Keep the last partial block for the next write, which starts in it.
+        let last = fill % ALIGN;
+        self.buf.copy_within(self.base + fill - last..self.base + fill, self.base);
+        (self.tail_at, self.tail_len) = (at + (fill - last) as u64, last);
+        Ok(at + padded as u64)
     }
 
     /// Reads the block at `block` into the front of the buffer (zeros past the file's end).
@@ -150,7 +145,7 @@ mod tests {
         };
         let mut want = Vec::new();
         let mut at = 0u64;
-        for (i, n) in [5usize, 4091, 1, 12_000, 4096, 3, 70_000].into_iter().enumerate() {
+        for (i, n) in [5usize, 4091, 1, 12_000, 4096, 3, 70_000, 2_600_000, 2 * CHUNK].into_iter().enumerate() {
             let a = vec![i as u8 + 1; n / 2];
             let b = vec![i as u8 + 101; n - n / 2];
             let end = f.write_parts_at(&[&a, &b], at).unwrap();
