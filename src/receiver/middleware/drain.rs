@@ -72,6 +72,10 @@ impl ReadBudget {
     }
 
     fn add(&self, n: i64) {
+        // Full already (the calm case): a read, not two read-modify-writes.
+        if self.tokens.load(Ordering::Relaxed) >= READ_BURST {
+            return;
+        }
         let before = self.tokens.fetch_add(n, Ordering::Relaxed);
         if before + n > READ_BURST {
             self.tokens.fetch_min(READ_BURST, Ordering::Relaxed);
