@@ -200,13 +200,13 @@ pub fn finish_as(
         Some(slot) => Err(Box::pin(async move {
             if !read_body_away(req, MAX_TIME).await.1 {
                 // Its bytes were granted already: what is left lingers at no charge.
-                close(&mut resp, stamp.as_ref(), Some(0));
+                close(&mut resp, stamp.as_ref(), PAID);
             }
             drop(slot);
             resp
         })),
         None => {
-            close(&mut resp, stamp.as_ref(), if body == RefusedBody::Readable { Some(0) } else { declared });
+            close(&mut resp, stamp.as_ref(), if body == RefusedBody::Readable { PAID } else { declared });
             Ok(resp)
         }
     }
@@ -230,10 +230,14 @@ fn has_body(req: &Request<Body>) -> bool {
     h.contains_key(header::TRANSFER_ENCODING) || h.get(header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0")
 }
 
+/// `unread` for [`close`] when the body's reading was granted already (a refusal whose
+/// body was read, or found readable): its lingering close costs the budget nothing.
+pub const PAID: Option<u64> = Some(0);
+
 /// Answers with `Connection: close`; with the connection's stamp, the connection then
 /// closes lingering (the client reads its answer before a reset can destroy it), if
 /// [`READS`] has room for what is left of the body (`unread`, its declared length; unknown
-/// counts as a whole lingering close). Without it, the socket closes at once: a client
+/// counts as a whole lingering close; [`PAID`]: nothing). Without it, the socket closes at once: a client
 /// that reads while it sends still gets the answer, one that sends its whole body first
 /// gets a reset and retries as from a broken connection.
 pub fn close(resp: &mut Response<Body>, stamp: Option<&RxStamp>, unread: Option<u64>) {

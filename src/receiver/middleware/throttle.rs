@@ -421,7 +421,7 @@ async fn held(
         if !whole {
             drop(guard);
             let mut resp = answer(&req, started.elapsed());
-            drain::close(&mut resp, req.extensions().get::<crate::receiver::connection::stamp::RxStamp>(), Some(0));
+            drain::close(&mut resp, req.extensions().get::<crate::receiver::connection::stamp::RxStamp>(), drain::PAID);
             return resp;
         }
         req
