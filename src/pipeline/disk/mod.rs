@@ -650,19 +650,24 @@ mod tests {
         Payload::Encoded(Encoded::single(Signal::Logs, bytes::Bytes::from(vec![n; 1000]), 1))
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_appends_share_fsyncs() {
-        let dir = tempfile::tempdir().unwrap();
-        let q = DiskQueue::open(&config(dir.path(), SyncMode::OnAck), &[], 0.0).unwrap();
-        let tasks: Vec<_> = (0..200u8)
+    /// `n` appends sent at once, each answered Ok.
+    async fn append_together(q: &Arc<DiskQueue>, n: u8) {
+        let tasks: Vec<_> = (0..n)
             .map(|i| {
-                let q = Arc::clone(&q);
+                let q = Arc::clone(q);
                 tokio::spawn(async move { q.append(&payload(i), false, None).await })
             })
             .collect();
         for t in tasks {
             assert_eq!(t.await.unwrap(), Ok(()));
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_appends_share_fsyncs() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = DiskQueue::open(&config(dir.path(), SyncMode::OnAck), &[], 0.0).unwrap();
+        append_together(&q, 200).await;
         let syncs = q.syncs();
         assert!((1..100).contains(&syncs), "200 concurrent on_ack appends took {syncs} fsyncs");
         assert_eq!(q.shared.last_id(), 200);
@@ -693,15 +698,7 @@ mod tests {
         // once all of them were in.
         ADMITTED.store(9, Ordering::Relaxed);
         let syncs = q.syncs();
-        let tasks: Vec<_> = (0..9u8)
-            .map(|i| {
-                let q = Arc::clone(&q);
-                tokio::spawn(async move { q.append(&payload(i), false, None).await })
-            })
-            .collect();
-        for t in tasks {
-            assert_eq!(t.await.unwrap(), Ok(()));
-        }
+        append_together(&q, 9).await;
         assert!(q.syncs() - syncs <= 2, "{} fsyncs for nine appends sent together", q.syncs() - syncs);
         ADMITTED.store(0, Ordering::Relaxed);
         q.shutdown(Duration::ZERO).await;
