@@ -2,8 +2,9 @@
 //!
 //! It takes the first waiting append and every other one waiting (up to
 //! [`GROUP_BYTES`]); with `on_ack`, while admitted requests are still on their way, it
-//! waits up to about one commit for them (see [`super::pace`]). It writes them with one `pwritev` and, with `sync: on_ack`, one
-//! `fdatasync`, then answers them all: an fsync costs once per group, however many
+//! waits up to about one commit for them (see [`super::pace`]). It writes them with one
+//! `pwritev` (or, direct, aligned writes of up to 1 MiB: [`super::direct`]) and, with `sync: on_ack`,
+//! one `fdatasync`, then answers them all: an fsync costs once per group, however many
 //! requests share it. With `interval` it answers after the write (the data is in the
 //! page cache: a crash of weir loses nothing, a power loss up to one interval) and syncs
 //! on a timer; with `none` it never syncs but at shutdown and segment ends.
