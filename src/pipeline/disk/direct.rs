@@ -78,20 +78,15 @@ impl DirectFile {
     /// Reads the block at `block` into the front of the buffer (zeros past the file's end).
     fn read_block(&mut self, block: u64) -> std::io::Result<()> {
         let b = &mut self.buf[self.base..self.base + ALIGN];
-        let mut got = 0;
-        while got < ALIGN {
-            // A short read means the file's end (and the next offset would be unaligned).
-            match self.file.read_at(&mut b[got..], block + got as u64) {
-                Ok(0) => break,
-                Ok(n) if n % 512 == 0 => got += n,
-                Ok(n) => {
-                    got += n;
-                    break;
-                }
+        // One read: a short one is the file's end (a read from where it stopped could be
+        // unaligned).
+        let got = loop {
+            match self.file.read_at(b, block) {
+                Ok(n) => break n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
-        }
+        };
         b[got..].fill(0);
         (self.tail_at, self.tail_len) = (block, ALIGN);
         Ok(())

@@ -693,9 +693,9 @@ mod tests {
         // window (twice the recent commit, at most 2 ms), then commits what it has.
         ADMITTED.store(10, Ordering::Relaxed);
         let window = q.append(&payload(0), false, None).await.map(|()| waited(&q)).unwrap();
-        assert!(window > 0.0 && window < 0.1, "waited {window} s");
-        // Nine admitted that arrive together: one group (two at most), its wait ended
-        // once all of them were in.
+        // The window is at most 2 ms; a loaded test machine may wake the writer late.
+        assert!(window > 0.0 && window < 0.05, "waited {window} s");
+        // Nine admitted that arrive together share one group (two at most).
         ADMITTED.store(9, Ordering::Relaxed);
         let syncs = q.syncs();
         append_together(&q, 9).await;
@@ -866,31 +866,51 @@ mod tests {
         q.shutdown(Duration::ZERO).await;
     }
 
-    /// Real files whose next write or fsync fails on demand.
+    /// Real files whose next write or fsync fails on demand; with `direct`, they say
+    /// they are direct, and `einval` fails the next write as a refused direct write.
     #[derive(Default)]
     struct Faulty {
         fail_write: Arc<std::sync::atomic::AtomicBool>,
         fail_sync: Arc<std::sync::atomic::AtomicBool>,
+        direct: Arc<std::sync::atomic::AtomicBool>,
+        einval: Arc<std::sync::atomic::AtomicBool>,
     }
 
     struct FaultyFile {
         file: std::fs::File,
         fail_write: Arc<std::sync::atomic::AtomicBool>,
         fail_sync: Arc<std::sync::atomic::AtomicBool>,
+        direct: bool,
+        einval: Arc<std::sync::atomic::AtomicBool>,
     }
 
     impl writer::SegmentFiles for Faulty {
         fn create(&self, path: &Path, truncate: bool) -> std::io::Result<Box<dyn writer::SegmentFile>> {
             let file = std::fs::OpenOptions::new().create(true).truncate(truncate).write(true).open(path)?;
-            Ok(Box::new(FaultyFile { file, fail_write: Arc::clone(&self.fail_write), fail_sync: Arc::clone(&self.fail_sync) }))
+            Ok(Box::new(FaultyFile {
+                file,
+                fail_write: Arc::clone(&self.fail_write),
+                fail_sync: Arc::clone(&self.fail_sync),
+                direct: self.direct.load(Ordering::SeqCst),
+                einval: Arc::clone(&self.einval),
+            }))
         }
         fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
             segment::sync_dir(dir)
         }
+        fn no_direct(&self) {
+            self.direct.store(false, Ordering::SeqCst);
+        }
     }
 
     impl writer::SegmentFile for FaultyFile {
+        fn direct(&self) -> bool {
+            self.direct
+        }
         fn write_parts_at(&mut self, parts: Vec<&[u8]>, offset: u64) -> std::io::Result<u64> {
+            if self.einval.swap(false, Ordering::SeqCst) {
+                return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+            }
             if self.fail_write.swap(false, Ordering::SeqCst) {
                 // Half of it reaches the file first, as a real short write before ENOSPC.
                 let all = parts.concat();
@@ -945,5 +965,27 @@ mod tests {
         // its segment and the next record went to a new one.
         assert_eq!(on_disk(dir.path()), vec![(1, 1), (2, 3), (3, 5)]);
         assert_eq!(segment::list(dir.path()).unwrap().len(), 2);
+    }
+
+    /// A direct write the file system refuses after all (EINVAL: a larger alignment than
+    /// the one weir uses) ends the segment, and the next ones are written buffered.
+    #[tokio::test]
+    async fn a_refused_direct_write_falls_back_to_the_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let faulty = Faulty::default();
+        faulty.direct.store(true, Ordering::SeqCst);
+        let (direct, einval) = (Arc::clone(&faulty.direct), Arc::clone(&faulty.einval));
+        let q = DiskQueue::open_with(&config(dir.path(), SyncMode::OnAck), &[], 0.0, Arc::new(faulty)).unwrap();
+        q.append(&payload(1), false, None).await.unwrap();
+        assert_eq!(q.debug()["direct_io"], true);
+        einval.store(true, Ordering::SeqCst);
+        let e = q.append(&payload(2), false, None).await.unwrap_err();
+        assert!(matches!(&e, AppendError::Io(m) if m.contains("write")), "{e:?}");
+        assert!(!direct.load(Ordering::SeqCst), "direct writes turned off");
+        q.append(&payload(3), false, None).await.expect("the next group is stored, buffered");
+        assert_eq!(q.debug()["direct_io"], false);
+        q.shutdown(Duration::ZERO).await;
+        assert_eq!(on_disk(dir.path()), vec![(1, 1), (2, 3)]);
+        assert_eq!(segment::list(dir.path()).unwrap().len(), 2, "the refused segment was sealed");
     }
 }

@@ -3,9 +3,9 @@
 //! It takes the first waiting append and every other one waiting (up to
 //! [`GROUP_BYTES`]); with `on_ack`, while admitted requests are still on their way, it
 //! waits up to about one commit for them (see [`super::pace`]). It writes them with one
-//! `pwritev` (or, direct, aligned writes of up to 1 MiB: [`super::direct`]) and, with `sync: on_ack`,
-//! one `fdatasync`, then answers them all: an fsync costs once per group, however many
-//! requests share it. With `interval` it answers after the write (the data is in the
+//! `pwritev` (direct: aligned writes of up to 1 MiB, see [`super::direct`]) and, with
+//! `sync: on_ack`, one `fdatasync`, then answers them all: an fsync costs once per
+//! group, however many requests share it. With `interval` it answers after the write (the data is in the
 //! page cache: a crash of weir loses nothing, a power loss up to one interval) and syncs
 //! on a timer; with `none` it never syncs but at shutdown and segment ends.
 //!
@@ -39,6 +39,8 @@ pub(crate) trait SegmentFiles: Send + Sync {
     fn create(&self, path: &Path, truncate: bool) -> std::io::Result<Box<dyn SegmentFile>>;
     /// fsyncs the queue directory.
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()>;
+    /// Segments opened from now on are written through the page cache.
+    fn no_direct(&self) {}
 }
 
 /// One open segment file.
@@ -81,6 +83,11 @@ impl SegmentFiles for RealFiles {
     }
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
         segment::sync_dir(dir)
+    }
+    fn no_direct(&self) {
+        if self.direct.swap(false, Ordering::Relaxed) {
+            tracing::warn!("the queue's file system refused a direct write; segments are written through the page cache from the next one");
+        }
     }
 }
 
@@ -176,37 +183,7 @@ impl Writer {
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             };
-            let mut bytes = first.prepared.size();
-            let mut group = vec![first];
-            let mut take = |a: Append, group: &mut Vec<Append>| {
-                bytes += a.prepared.size();
-                group.push(a);
-                bytes < GROUP_BYTES
-            };
-            while let Ok(a) = rx.try_recv() {
-                if !take(a, &mut group) {
-                    break;
-                }
-            }
-            if mode == SyncMode::OnAck {
-                // While admitted requests are still on their way here, the group waits for
-                // them (each arrival looks again), at most the pace's window.
-                let mut waited = Duration::ZERO;
-                if self.shared.on_the_way() > 0 {
-                    let t = Instant::now();
-                    let deadline = t + self.pace.window();
-                    loop {
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        let Ok(a) = rx.recv_timeout(left) else { break };
-                        if !take(a, &mut group) || left.is_zero() || self.shared.on_the_way() == 0 {
-                            break;
-                        }
-                    }
-                    waited = t.elapsed();
-                }
-                self.shared.group_wait_us.store(waited.as_micros() as u64, Ordering::Relaxed);
-                metrics::gauge!(names::DISK_GROUP_WAIT).set(waited.as_secs_f64());
-            }
+            let group = self.gather(&rx, first, mode);
             self.commit(group);
         }
         let cut = self.cut_to_length();
@@ -214,6 +191,41 @@ impl Writer {
             let _ = self.sync();
         }
         tracing::debug!("disk queue writer stopped");
+    }
+
+    /// The group that starts with `first`: every append waiting (up to [`GROUP_BYTES`]),
+    /// and with `on_ack` those that come while admitted requests are still on their way,
+    /// within the pace's window.
+    fn gather(&self, rx: &Receiver<Append>, first: Append, mode: SyncMode) -> Vec<Append> {
+        let mut bytes = first.prepared.size();
+        let mut group = vec![first];
+        while bytes < GROUP_BYTES {
+            let Ok(a) = rx.try_recv() else { break };
+            bytes += a.prepared.size();
+            group.push(a);
+        }
+        if mode != SyncMode::OnAck {
+            return group;
+        }
+        let mut waited = Duration::ZERO;
+        if bytes < GROUP_BYTES && self.shared.on_the_way() > 0 {
+            let t = Instant::now();
+            let deadline = t + self.pace.window();
+            // Each arrival looks again: the wait ends as soon as nobody is on the way.
+            while bytes < GROUP_BYTES && self.shared.on_the_way() > 0 {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let Ok(a) = rx.recv_timeout(left) else { break };
+                bytes += a.prepared.size();
+                group.push(a);
+                if left.is_zero() {
+                    break;
+                }
+            }
+            waited = t.elapsed();
+        }
+        self.shared.group_wait_us.store(waited.as_micros() as u64, Ordering::Relaxed);
+        metrics::gauge!(names::DISK_GROUP_WAIT).set(waited.as_secs_f64());
+        group
     }
 
     fn fail(&self, group: Vec<Append>, e: &std::io::Error, what: &str) {
@@ -263,7 +275,16 @@ impl Writer {
         match self.file.write_parts_at(parts, start) {
             Ok(end) => self.file_len = self.file_len.max(end),
             Err(e) => {
+                // A partial write may have reached as far as the group's last block: if
+                // the cut fails, sealing cuts again.
+                self.file_len = self.file_len.max((start + len).next_multiple_of(direct::ALIGN as u64));
                 self.cut(start);
+                if self.file.direct() && e.raw_os_error() == Some(libc::EINVAL) {
+                    // Direct I/O taken at open and refused now (a larger alignment than
+                    // 4 KiB): this segment ends, and the next is written through the cache.
+                    self.files.no_direct();
+                    self.broken = true;
+                }
                 return self.fail(group, &e, "write");
             }
         }
