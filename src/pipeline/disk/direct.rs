@@ -115,16 +115,18 @@ pub(super) fn open(path: &std::path::Path, truncate: bool) -> std::io::Result<Op
     }
 }
 
+/// A directory on the disk the build uses (not /tmp, which may be a tmpfs): for tests
+/// that need direct I/O.
+#[cfg(test)]
+pub(super) fn scratch() -> std::io::Result<tempfile::TempDir> {
+    let d = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
+    std::fs::create_dir_all(&d)?;
+    tempfile::tempdir_in(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A directory on the disk the build uses (not /tmp, which may be a tmpfs).
-    fn scratch() -> std::io::Result<tempfile::TempDir> {
-        let d = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
-        std::fs::create_dir_all(&d)?;
-        tempfile::tempdir_in(d)
-    }
 
     /// A direct file in a directory that takes direct I/O, or `None` (then the test
     /// says so and checks the buffered path elsewhere).

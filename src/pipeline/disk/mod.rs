@@ -782,18 +782,14 @@ mod tests {
     /// (a tmpfs takes no O_DIRECT): every record read back from what they wrote.
     #[tokio::test]
     async fn direct_writes_over_spare_files_read_back_whole() {
-        let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
-        std::fs::create_dir_all(&target).unwrap();
-        written_over(tempfile::tempdir_in(target).unwrap(), SyncMode::OnAck).await;
+        written_over(direct::scratch().unwrap(), SyncMode::OnAck).await;
     }
 
     /// What a crash leaves of a segment being written directly (its last block padded
     /// with zeros, not yet cut) scans as its records and nothing more.
     #[tokio::test]
     async fn a_crash_image_of_a_direct_segment_scans_as_its_records() {
-        let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
-        std::fs::create_dir_all(&target).unwrap();
-        let dir = tempfile::tempdir_in(target).unwrap();
+        let dir = direct::scratch().unwrap();
         let q = DiskQueue::open(&config(&dir.path().join("q"), SyncMode::OnAck), &["out".into()], 0.0).unwrap();
         assert_eq!(q.debug()["direct_io"], true);
         for i in 0..3 {
