@@ -20,6 +20,7 @@
 
 pub mod ack;
 mod direct;
+mod inbox;
 mod pace;
 pub mod reader;
 pub mod record;
@@ -36,7 +37,7 @@ use record::Prepared;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
@@ -230,7 +231,7 @@ pub(crate) struct Append {
 /// The durable queue's handle.
 pub struct DiskQueue {
     shared: Arc<Shared>,
-    tx: RwLock<Option<std::sync::mpsc::Sender<Append>>>,
+    inbox: Arc<inbox::Inbox>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     stop: watch::Sender<bool>,
     readers: Mutex<Vec<std::thread::JoinHandle<()>>>,
@@ -375,21 +376,15 @@ impl DiskQueue {
         });
         shared.gc();
         shared.records_gauge();
-        let (tx, rx) = std::sync::mpsc::channel();
+        let inbox = Arc::new(inbox::Inbox::default());
         let writer = writer::Writer::new(Arc::clone(&shared), files, file, next_id);
+        let writer_inbox = Arc::clone(&inbox);
         let handle = std::thread::Builder::new()
             .name("weir-queue-writer".into())
-            .spawn(move || writer.run(rx))
+            .spawn(move || writer.run(&writer_inbox))
             .map_err(|e| err(format!("cannot start the writer thread: {e}")))?;
         let (stop, _) = watch::channel(false);
-        Ok(Arc::new(DiskQueue {
-            shared,
-            tx: RwLock::new(Some(tx)),
-            writer: Mutex::new(Some(handle)),
-            stop,
-            readers: Mutex::new(Vec::new()),
-            _lock: lock,
-        }))
+        Ok(Arc::new(DiskQueue { shared, inbox, writer: Mutex::new(Some(handle)), stop, readers: Mutex::new(Vec::new()), _lock: lock }))
     }
 
     /// Keeps up to `bytes` of the newest records in memory for readers that are caught
@@ -495,10 +490,8 @@ impl DiskQueue {
         }
         let (done, answer) = oneshot::channel();
         let _pending = Pending::new(&self.shared.pending);
-        {
-            let tx = self.tx.read().unwrap_or_else(|e| e.into_inner());
-            let Some(tx) = tx.as_ref() else { return Err(AppendError::Closed) };
-            tx.send(Append { prepared, done }).map_err(|_| AppendError::Closed)?;
+        if self.inbox.send(Append { prepared, done }, || self.shared.on_the_way()).is_none() {
+            return Err(AppendError::Closed);
         }
         answer.await.unwrap_or(Err(AppendError::Closed))
     }
@@ -513,7 +506,7 @@ impl DiskQueue {
     /// stops the readers, waits up to `grace` for exports in flight to end, and writes
     /// every cursor. What is not acknowledged stays on disk for the next start.
     pub async fn shutdown(&self, grace: Duration) {
-        self.tx.write().unwrap_or_else(|e| e.into_inner()).take();
+        self.inbox.close();
         let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(w) = writer {
             let _ = tokio::task::spawn_blocking(move || w.join()).await;

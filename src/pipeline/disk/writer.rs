@@ -1,7 +1,7 @@
 //! The writer thread: group commit.
 //!
-//! It takes the first waiting append and every other one waiting (up to
-//! [`GROUP_BYTES`]); with `on_ack`, while admitted requests are still on their way, it
+//! It takes every append waiting (up to [`GROUP_BYTES`], handed over through the
+//! [`super::inbox`]); with `on_ack`, while admitted requests are still on their way, it
 //! waits up to about one commit for them (see [`super::pace`]). It writes them with one
 //! `pwritev` (direct: aligned writes of up to 1 MiB, see [`super::direct`]) and, with
 //! `sync: on_ack`, one `fdatasync`, then answers them all: an fsync costs once per
@@ -16,6 +16,7 @@
 //! exits on an error: once space returns, the next group succeeds.
 
 use super::direct::{self, DirectFile};
+use super::inbox::{First, Inbox, GROUP_BYTES};
 use super::pace::Pace;
 use super::spare::Spares;
 use super::{segment, Append, AppendError, Seg, Shared};
@@ -24,12 +25,8 @@ use crate::telemetry::names;
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A group stops growing past this many bytes.
-const GROUP_BYTES: u64 = 16 << 20;
 
 /// The writer's file operations: the real ones, or (tests) ones that fail on demand,
 /// since a failed fsync or EIO cannot be produced on a real disk at will.
@@ -165,7 +162,7 @@ impl Writer {
         }
     }
 
-    pub(super) fn run(mut self, rx: Receiver<Append>) {
+    pub(super) fn run(mut self, inbox: &Inbox) {
         let mode = self.shared.config.sync;
         let interval = self.shared.config.sync_interval;
         loop {
@@ -173,17 +170,17 @@ impl Writer {
                 SyncMode::Interval if self.unsynced => interval.saturating_sub(self.last_sync.elapsed()),
                 _ => Duration::from_secs(3600),
             };
-            let first = match rx.recv_timeout(wait) {
-                Ok(a) => a,
-                Err(RecvTimeoutError::Timeout) => {
+            match inbox.wait_first(wait) {
+                First::Got => {}
+                First::TimedOut => {
                     if self.unsynced {
                         let _ = self.sync();
                     }
                     continue;
                 }
-                Err(RecvTimeoutError::Disconnected) => break,
-            };
-            let group = self.gather(&rx, first, mode);
+                First::Closed => break,
+            }
+            let group = self.gather(inbox, mode);
             self.commit(group);
         }
         let cut = self.cut_to_length();
@@ -193,34 +190,19 @@ impl Writer {
         tracing::debug!("disk queue writer stopped");
     }
 
-    /// The group that starts with `first`: every append waiting (up to [`GROUP_BYTES`]),
-    /// and with `on_ack` those that come while admitted requests are still on their way,
-    /// within the pace's window.
-    fn gather(&self, rx: &Receiver<Append>, first: Append, mode: SyncMode) -> Vec<Append> {
-        let mut bytes = first.prepared.size();
-        let mut group = vec![first];
-        while bytes < GROUP_BYTES {
-            let Ok(a) = rx.try_recv() else { break };
-            bytes += a.prepared.size();
-            group.push(a);
-        }
+    /// The next group: every append waiting (up to [`GROUP_BYTES`]), and with `on_ack`
+    /// those that come while admitted requests are still on their way, within the pace's
+    /// window.
+    fn gather(&self, inbox: &Inbox, mode: SyncMode) -> Vec<Append> {
+        let mut group = Vec::new();
+        let bytes = inbox.take(&mut group, 0);
         if mode != SyncMode::OnAck {
             return group;
         }
         let mut waited = Duration::ZERO;
         if bytes < GROUP_BYTES && self.shared.on_the_way() > 0 {
             let t = Instant::now();
-            let deadline = t + self.pace.window();
-            // Each arrival looks again: the wait ends as soon as nobody is on the way.
-            while bytes < GROUP_BYTES && self.shared.on_the_way() > 0 {
-                let left = deadline.saturating_duration_since(Instant::now());
-                let Ok(a) = rx.recv_timeout(left) else { break };
-                bytes += a.prepared.size();
-                group.push(a);
-                if left.is_zero() {
-                    break;
-                }
-            }
+            inbox.gather_until(t + self.pace.window(), &mut group, bytes, || self.shared.on_the_way());
             waited = t.elapsed();
         }
         self.shared.group_wait_us.store(waited.as_micros() as u64, Ordering::Relaxed);
