@@ -18,26 +18,70 @@ use std::os::unix::fs::FileExt;
 pub(super) const ALIGN: usize = 4096;
 
 /// The staging buffer: a group larger than this is written a chunk at a time, so the
-/// buffer stays this size whatever the groups are.
-const CHUNK: usize = 1 << 20;
+/// buffer stays this size whatever the groups are. One huge page: see [`Staging`].
+const CHUNK: usize = 2 << 20;
+
+/// [`CHUNK`] bytes aligned to [`CHUNK`], asked to be backed by one transparent huge page.
+/// Every direct write pins the buffer's pages for the device and unpins them when it
+/// completes: one 2 MiB page instead of 512 small ones makes that (and the TLB misses
+/// of the copy in) cheaper. Where huge pages are off it is ordinary memory.
+struct Staging(std::ptr::NonNull<u8>);
+
+// SAFETY: `Staging` owns its allocation alone, like a `Box<[u8]>`.
+unsafe impl Send for Staging {}
+
+impl Staging {
+    const LAYOUT: std::alloc::Layout = match std::alloc::Layout::from_size_align(CHUNK, CHUNK) {
+        Ok(l) => l,
+        Err(_) => panic!("CHUNK is a power of two"),
+    };
+
+    fn new() -> Self {
+        // SAFETY: LAYOUT has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(Self::LAYOUT) };
+        let Some(p) = std::ptr::NonNull::new(p) else { std::alloc::handle_alloc_error(Self::LAYOUT) };
+        // SAFETY: the range is this allocation; a refusal (huge pages off) changes nothing.
+        unsafe { libc::madvise(p.as_ptr().cast(), CHUNK, libc::MADV_HUGEPAGE) };
+        Staging(p)
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with LAYOUT.
+        unsafe { std::alloc::dealloc(self.0.as_ptr(), Self::LAYOUT) }
+    }
+}
+
+impl std::ops::Deref for Staging {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: CHUNK initialised bytes, owned by self.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr(), CHUNK) }
+    }
+}
+
+impl std::ops::DerefMut for Staging {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and borrowed mutably through self.
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr(), CHUNK) }
+    }
+}
 
 /// A segment file opened with `O_DIRECT`.
 pub(super) struct DirectFile {
     file: File,
-    /// Staging memory, [`CHUNK`] bytes from `base`, which is aligned to [`ALIGN`].
-    buf: Vec<u8>,
-    base: usize,
+    /// Staging memory, aligned to [`ALIGN`] (and more).
+    buf: Staging,
     /// The file's bytes from `tail_at` (a block offset) for `tail_len` bytes are at
-    /// `buf[base..]`: the last, partial block of the previous write.
+    /// `buf[..]`: the last, partial block of the previous write.
     tail_at: u64,
     tail_len: usize,
 }
 
 impl DirectFile {
     pub(super) fn new(file: File) -> Self {
-        let buf = vec![0u8; CHUNK + ALIGN];
-        let base = buf.as_ptr().align_offset(ALIGN);
-        DirectFile { file, buf, base, tail_at: u64::MAX, tail_len: 0 }
+        DirectFile { file, buf: Staging::new(), tail_at: u64::MAX, tail_len: 0 }
     }
 
     /// Writes `parts` at `offset`; returns the end of what the file now holds (the last
@@ -55,29 +99,29 @@ impl DirectFile {
             let mut p = *part;
             while !p.is_empty() {
                 let n = (CHUNK - fill).min(p.len());
-                self.buf[self.base + fill..self.base + fill + n].copy_from_slice(&p[..n]);
+                self.buf[fill..fill + n].copy_from_slice(&p[..n]);
                 (fill, p) = (fill + n, &p[n..]);
                 if fill == CHUNK {
-                    self.file.write_all_at(&self.buf[self.base..self.base + CHUNK], at)?;
+                    self.file.write_all_at(&self.buf[..CHUNK], at)?;
                     (fill, at) = (0, at + CHUNK as u64);
                 }
             }
         }
         let padded = fill.div_ceil(ALIGN) * ALIGN;
         if padded > 0 {
-            self.buf[self.base + fill..self.base + padded].fill(0);
-            self.file.write_all_at(&self.buf[self.base..self.base + padded], at)?;
+            self.buf[fill..padded].fill(0);
+            self.file.write_all_at(&self.buf[..padded], at)?;
         }
         // Keep the last partial block for the next write, which starts in it.
         let last = fill % ALIGN;
-        self.buf.copy_within(self.base + fill - last..self.base + fill, self.base);
+        self.buf.copy_within(fill - last..fill, 0);
         (self.tail_at, self.tail_len) = (at + (fill - last) as u64, last);
         Ok(at + padded as u64)
     }
 
     /// Reads the block at `block` into the front of the buffer (zeros past the file's end).
     fn read_block(&mut self, block: u64) -> std::io::Result<()> {
-        let b = &mut self.buf[self.base..self.base + ALIGN];
+        let b = &mut self.buf[..ALIGN];
         // One read: a short one is the file's end (a read from where it stopped could be
         // unaligned).
         let got = loop {
