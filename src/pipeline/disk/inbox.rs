@@ -90,6 +90,17 @@ impl Inbox {
         self.wake.notify_one();
     }
 
+    /// The writer is gone (it ended, or panicked): closes, and drops what waits, whose
+    /// callers then hear `Closed` instead of waiting for ever.
+    pub(super) fn abandon(&self) {
+        let mut s = self.lock();
+        s.closed = true;
+        s.bytes = 0;
+        let waiting = std::mem::take(&mut s.waiting);
+        drop(s);
+        drop(waiting);
+    }
+
     /// The writer waits up to `timeout` for an append.
     pub(super) fn wait_first(&self, timeout: Duration) -> First {
         let deadline = Instant::now() + timeout;
@@ -220,6 +231,17 @@ mod tests {
         let (first, took) = writer.join().unwrap();
         assert_eq!(first, First::Got);
         assert!(took < Duration::from_secs(10), "{took:?}");
+    }
+
+    #[test]
+    fn a_gone_writer_answers_what_waits_and_refuses_the_rest() {
+        let inbox = Inbox::default();
+        let (done, mut answer) = tokio::sync::oneshot::channel();
+        assert!(inbox.send(Append { done, ..append(1) }, || 0).is_some());
+        inbox.abandon();
+        // Dropped, not left waiting: the caller's end sees the sender gone.
+        assert_eq!(answer.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Closed));
+        assert_eq!(inbox.send(append(1), || 0), None);
     }
 
     /// The gathering writer sleeps through appends while more are on their way and is

@@ -381,7 +381,17 @@ impl DiskQueue {
         let writer_inbox = Arc::clone(&inbox);
         let handle = std::thread::Builder::new()
             .name("weir-queue-writer".into())
-            .spawn(move || writer.run(&writer_inbox))
+            .spawn(move || {
+                // However the writer ends, no append is left waiting for it.
+                struct Abandon(Arc<inbox::Inbox>);
+                impl Drop for Abandon {
+                    fn drop(&mut self) {
+                        self.0.abandon();
+                    }
+                }
+                let inbox = Abandon(writer_inbox);
+                writer.run(&inbox.0)
+            })
             .map_err(|e| err(format!("cannot start the writer thread: {e}")))?;
         let (stop, _) = watch::channel(false);
         Ok(Arc::new(DiskQueue { shared, inbox, writer: Mutex::new(Some(handle)), stop, readers: Mutex::new(Vec::new()), _lock: lock }))
