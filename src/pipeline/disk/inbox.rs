@@ -9,7 +9,7 @@
 
 use super::Append;
 use std::collections::VecDeque;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// A group stops growing past this many bytes.
@@ -123,11 +123,11 @@ impl Inbox {
         }
     }
 
-    /// Moves waiting appends into `group` while it holds less than [`GROUP_BYTES`];
-    /// returns the group's bytes.
-    pub(super) fn take(&self, group: &mut Vec<Append>, mut bytes: u64) -> u64 {
-        let mut s = self.lock();
-        Self::take_locked(&mut s, group, &mut bytes);
+    /// Starts a group: moves waiting appends into the empty `group` up to
+    /// [`GROUP_BYTES`]; returns the group's bytes.
+    pub(super) fn take(&self, group: &mut Vec<Append>) -> u64 {
+        let mut bytes = 0;
+        Self::take_locked(&mut self.lock(), group, &mut bytes);
         bytes
     }
 
@@ -160,13 +160,22 @@ impl Inbox {
     }
 }
 
+/// The writer thread's hold on the inbox: however the thread ends (a panic included),
+/// dropping it abandons the inbox, so no append is left waiting for a writer that is gone.
+pub(super) struct WriterEnd(pub(super) Arc<Inbox>);
+
+impl Drop for WriterEnd {
+    fn drop(&mut self) {
+        self.0.abandon();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::pipeline::disk::record::Prepared;
     use crate::signal::Signal;
     use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Arc;
 
     fn append(len: usize) -> Append {
         let prepared = Prepared::new(0, 1, Signal::Traces, 1, bytes::Bytes::new(), bytes::Bytes::from(vec![0u8; len]));
@@ -181,7 +190,7 @@ mod tests {
         }
         assert_eq!(inbox.wait_first(Duration::ZERO), First::Got);
         let mut group = Vec::new();
-        let bytes = inbox.take(&mut group, 0);
+        let bytes = inbox.take(&mut group);
         let sizes: Vec<u64> = group.iter().map(|a| a.prepared.size()).collect();
         assert_eq!(bytes, sizes.iter().sum::<u64>());
         assert!(sizes.windows(2).all(|w| w[0] < w[1]), "in order: {sizes:?}");
@@ -196,10 +205,10 @@ mod tests {
             assert!(inbox.send(append(big), || 0).is_some());
         }
         let mut group = Vec::new();
-        inbox.take(&mut group, 0);
+        inbox.take(&mut group);
         assert_eq!(group.len(), 2, "the third waits for the next group");
         group.clear();
-        inbox.take(&mut group, 0);
+        inbox.take(&mut group);
         assert_eq!(group.len(), 1);
     }
 
@@ -210,7 +219,7 @@ mod tests {
         inbox.close();
         assert_eq!(inbox.send(append(1), || 0), None, "closed");
         assert_eq!(inbox.wait_first(Duration::from_secs(5)), First::Got, "what came before still goes");
-        inbox.take(&mut Vec::new(), 0);
+        inbox.take(&mut Vec::new());
         assert_eq!(inbox.wait_first(Duration::from_secs(5)), First::Closed);
     }
 
@@ -235,10 +244,16 @@ mod tests {
 
     #[test]
     fn a_gone_writer_answers_what_waits_and_refuses_the_rest() {
-        let inbox = Inbox::default();
+        let inbox = Arc::new(Inbox::default());
         let (done, mut answer) = tokio::sync::oneshot::channel();
         assert!(inbox.send(Append { done, ..append(1) }, || 0).is_some());
-        inbox.abandon();
+        // The writer thread panics while holding its end.
+        let end = WriterEnd(Arc::clone(&inbox));
+        let gone = std::thread::spawn(move || {
+            let _end = end;
+            panic!("a writer bug");
+        });
+        assert!(gone.join().is_err());
         // Dropped, not left waiting: the caller's end sees the sender gone.
         assert_eq!(answer.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Closed));
         assert_eq!(inbox.send(append(1), || 0), None);

@@ -378,19 +378,12 @@ impl DiskQueue {
         shared.records_gauge();
         let inbox = Arc::new(inbox::Inbox::default());
         let writer = writer::Writer::new(Arc::clone(&shared), files, file, next_id);
-        let writer_inbox = Arc::clone(&inbox);
+        let end = inbox::WriterEnd(Arc::clone(&inbox));
         let handle = std::thread::Builder::new()
             .name("weir-queue-writer".into())
             .spawn(move || {
-                // However the writer ends, no append is left waiting for it.
-                struct Abandon(Arc<inbox::Inbox>);
-                impl Drop for Abandon {
-                    fn drop(&mut self) {
-                        self.0.abandon();
-                    }
-                }
-                let inbox = Abandon(writer_inbox);
-                writer.run(&inbox.0)
+                let end = end;
+                writer.run(&end.0)
             })
             .map_err(|e| err(format!("cannot start the writer thread: {e}")))?;
         let (stop, _) = watch::channel(false);

@@ -3,7 +3,7 @@
 //! It takes every append waiting (up to [`GROUP_BYTES`], handed over through the
 //! [`super::inbox`]); with `on_ack`, while admitted requests are still on their way, it
 //! waits up to about one commit for them (see [`super::pace`]). It writes them with one
-//! `pwritev` (direct: aligned writes of up to 1 MiB, see [`super::direct`]) and, with
+//! `pwritev` (direct: aligned writes of up to 2 MiB, see [`super::direct`]) and, with
 //! `sync: on_ack`, one `fdatasync`, then answers them all: an fsync costs once per
 //! group, however many requests share it. With `interval` it answers after the write (the data is in the
 //! page cache: a crash of weir loses nothing, a power loss up to one interval) and syncs
@@ -195,7 +195,7 @@ impl Writer {
     /// window.
     fn gather(&self, inbox: &Inbox, mode: SyncMode) -> Vec<Append> {
         let mut group = Vec::new();
-        let bytes = inbox.take(&mut group, 0);
+        let bytes = inbox.take(&mut group);
         if mode != SyncMode::OnAck {
             return group;
         }
